@@ -1,0 +1,327 @@
+"""Elementwise arithmetic, comparisons and matrix products."""
+import numpy as np
+
+from .primitive import defop
+from ..tensor import Tensor
+
+
+def _shape(x):
+    return x.shape if isinstance(x, Tensor) else np.shape(x)
+
+
+def unbroadcast(g, like):
+    """Sum `g` down to the shape of `like` (the inverse of numpy broadcasting)."""
+    shape = _shape(like)
+    if g.shape == shape:
+        return g
+    return sum_to(g, shape)
+
+
+# ---- shape plumbing every VJP needs -----------------------------------------------------------
+
+@defop("sum_to", kind="reduce", attrs=("shape",))
+def sum_to(x, shape):
+    """Sum a broadcast array back down to `shape`."""
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and x.shape[i + lead] != 1)
+    out = np.sum(x, axis=axes, keepdims=True) if axes else x
+    return out.reshape(shape)
+
+
+@defop("broadcast_to", kind="view", attrs=("shape",))
+def broadcast_to(x, shape):
+    return np.broadcast_to(x, shape)
+
+
+@sum_to.defvjp
+def _(ctx, g):
+    return broadcast_to(g, _shape(ctx.inputs[0]))
+
+
+@broadcast_to.defvjp
+def _(ctx, g):
+    return unbroadcast(g, ctx.inputs[0])
+
+
+@defop("identity", kind="elementwise", cpp="{0}")
+def identity(x):
+    return x
+
+
+identity.defvjp(lambda ctx, g: g)
+
+
+# ---- binary arithmetic -------------------------------------------------------------------------
+
+@defop("add", kind="elementwise", cpp="({0} + {1})")
+def add(x, y):
+    return np.add(x, y)
+
+
+@add.defvjp
+def _(ctx, g):
+    x, y = ctx.inputs
+    return (unbroadcast(g, x) if ctx.needs[0] else None,
+            unbroadcast(g, y) if ctx.needs[1] else None)
+
+
+@defop("sub", kind="elementwise", cpp="({0} - {1})")
+def sub(x, y):
+    return np.subtract(x, y)
+
+
+@sub.defvjp
+def _(ctx, g):
+    x, y = ctx.inputs
+    return (unbroadcast(g, x) if ctx.needs[0] else None,
+            unbroadcast(neg(g), y) if ctx.needs[1] else None)
+
+
+@defop("mul", kind="elementwise", cpp="({0} * {1})")
+def mul(x, y):
+    return np.multiply(x, y)
+
+
+@mul.defvjp
+def _(ctx, g):
+    x, y = ctx.inputs
+    return (unbroadcast(mul(g, y), x) if ctx.needs[0] else None,
+            unbroadcast(mul(g, x), y) if ctx.needs[1] else None)
+
+
+@defop("div", kind="elementwise", cpp="({0} / {1})")
+def div(x, y):
+    return np.true_divide(x, y)
+
+
+@div.defvjp
+def _(ctx, g):
+    x, y = ctx.inputs
+    gx = div(g, y)
+    return (unbroadcast(gx, x) if ctx.needs[0] else None,
+            unbroadcast(neg(mul(gx, ctx.out)), y) if ctx.needs[1] else None)
+
+
+@defop("pow", kind="elementwise", cpp="std::pow({0}, {1})")
+def pow(x, y):  # noqa: A001  (MindSpore's name)
+    return np.power(x, y)
+
+
+@pow.defvjp
+def _(ctx, g):
+    x, y = ctx.inputs
+    gx = gy = None
+    if ctx.needs[0]:
+        gx = unbroadcast(mul(g, mul(y, pow(x, sub(y, 1)))), x)
+    if ctx.needs[1]:
+        gy = unbroadcast(mul(g, mul(ctx.out, log(where(greater(x, 0), x, 1)))), y)
+    return gx, gy
+
+
+@defop("maximum", kind="elementwise", cpp="std::max({0}, {1})")
+def maximum(x, y):
+    return np.maximum(x, y)
+
+
+@defop("minimum", kind="elementwise", cpp="std::min({0}, {1})")
+def minimum(x, y):
+    return np.minimum(x, y)
+
+
+def _select_vjp(pick_first):
+    def rule(ctx, g):
+        x, y = ctx.inputs
+        mask = pick_first(x, y)
+        return (unbroadcast(where(mask, g, 0.0), x) if ctx.needs[0] else None,
+                unbroadcast(where(mask, 0.0, g), y) if ctx.needs[1] else None)
+    return rule
+
+
+maximum.defvjp(_select_vjp(lambda x, y: greater_equal(x, y)))
+minimum.defvjp(_select_vjp(lambda x, y: less_equal(x, y)))
+
+
+@defop("floor_div", kind="elementwise", differentiable=False)
+def floor_div(x, y):
+    return np.floor_divide(x, y)
+
+
+@defop("mod", kind="elementwise", differentiable=False)
+def mod(x, y):
+    return np.mod(x, y)
+
+
+# ---- unary math --------------------------------------------------------------------------------
+
+@defop("neg", kind="elementwise", cpp="(-{0})")
+def neg(x):
+    return np.negative(x)
+
+
+neg.defvjp(lambda ctx, g: neg(g))
+
+
+@defop("exp", kind="elementwise", cpp="std::exp({0})")
+def exp(x):
+    return np.exp(x)
+
+
+exp.defvjp(lambda ctx, g: mul(g, ctx.out))
+
+
+@defop("log", kind="elementwise", cpp="std::log({0})")
+def log(x):
+    return np.log(x)
+
+
+log.defvjp(lambda ctx, g: div(g, ctx.inputs[0]))
+
+
+@defop("sqrt", kind="elementwise", cpp="std::sqrt({0})")
+def sqrt(x):
+    return np.sqrt(x)
+
+
+sqrt.defvjp(lambda ctx, g: div(g, mul(ctx.out, 2.0)))
+
+
+@defop("rsqrt", kind="elementwise", cpp="(1 / std::sqrt({0}))")
+def rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+rsqrt.defvjp(lambda ctx, g: mul(g, mul(pow(ctx.out, 3), -0.5)))
+
+
+@defop("abs", kind="elementwise", cpp="std::abs({0})")
+def abs(x):  # noqa: A001
+    return np.abs(x)
+
+
+abs.defvjp(lambda ctx, g: mul(g, sign(ctx.inputs[0])))
+
+
+@defop("sign", kind="elementwise", differentiable=False, cpp="(({0} > 0) - ({0} < 0))")
+def sign(x):
+    return np.sign(x)
+
+
+@defop("square", kind="elementwise", cpp="({0} * {0})")
+def square(x):
+    return np.square(x)
+
+
+square.defvjp(lambda ctx, g: mul(g, mul(ctx.inputs[0], 2.0)))
+
+
+@defop("sin", kind="elementwise", cpp="std::sin({0})")
+def sin(x):
+    return np.sin(x)
+
+
+@defop("cos", kind="elementwise", cpp="std::cos({0})")
+def cos(x):
+    return np.cos(x)
+
+
+sin.defvjp(lambda ctx, g: mul(g, cos(ctx.inputs[0])))
+cos.defvjp(lambda ctx, g: neg(mul(g, sin(ctx.inputs[0]))))
+
+
+@defop("floor", kind="elementwise", differentiable=False, cpp="std::floor({0})")
+def floor(x):
+    return np.floor(x)
+
+
+@defop("round", kind="elementwise", differentiable=False, cpp="std::nearbyint({0})")
+def round(x):  # noqa: A001
+    return np.round(x)
+
+
+# ---- comparisons and selection (no gradient to the mask) ---------------------------------------
+
+def _comparison(name, fn, cpp):
+    prim = defop(name, kind="elementwise", differentiable=False, cpp=cpp)(fn)
+    return prim
+
+
+less = _comparison("less", lambda x, y: np.less(x, y), "({0} < {1})")
+less_equal = _comparison("less_equal", lambda x, y: np.less_equal(x, y), "({0} <= {1})")
+greater = _comparison("greater", lambda x, y: np.greater(x, y), "({0} > {1})")
+greater_equal = _comparison("greater_equal", lambda x, y: np.greater_equal(x, y), "({0} >= {1})")
+equal = _comparison("equal", lambda x, y: np.equal(x, y), "({0} == {1})")
+not_equal = _comparison("not_equal", lambda x, y: np.not_equal(x, y), "({0} != {1})")
+logical_and = _comparison("logical_and", lambda x, y: np.logical_and(x, y), "({0} && {1})")
+logical_or = _comparison("logical_or", lambda x, y: np.logical_or(x, y), "({0} || {1})")
+logical_not = defop("logical_not", kind="elementwise", differentiable=False, cpp="(!{0})")(
+    lambda x: np.logical_not(x))
+isfinite = defop("isfinite", kind="elementwise", differentiable=False, cpp="std::isfinite({0})")(
+    lambda x: np.isfinite(x))
+
+
+@defop("where", kind="elementwise", cpp="({0} ? {1} : {2})")
+def where(condition, x, y):
+    return np.where(condition, x, y)
+
+
+@where.defvjp
+def _(ctx, g):
+    cond, x, y = ctx.inputs
+    return (None,
+            unbroadcast(where(cond, g, 0.0), x) if ctx.needs[1] else None,
+            unbroadcast(where(cond, 0.0, g), y) if ctx.needs[2] else None)
+
+
+@defop("cast", kind="elementwise", cpp="static_cast<{dtype}>({0})", attrs=("dtype",))
+def cast(x, dtype):
+    return np.asarray(x).astype(dtype, copy=False)
+
+
+@cast.defvjp
+def _(ctx, g):
+    x = ctx.inputs[0]
+    return cast(g, x.dtype)
+
+
+# ---- matrix products ---------------------------------------------------------------------------
+
+@defop("matmul")
+def _matmul(x, y):
+    return np.matmul(x, y)
+
+
+@_matmul.defvjp
+def _(ctx, g):
+    x, y = ctx.inputs
+    gx = unbroadcast(_matmul(g, swapaxes(y, -1, -2)), x) if ctx.needs[0] else None
+    gy = unbroadcast(_matmul(swapaxes(x, -1, -2), g), y) if ctx.needs[1] else None
+    return gx, gy
+
+
+def matmul(x, y):
+    """numpy.matmul semantics: 1-D operands are promoted and the added axis removed afterwards."""
+    xs, ys = _shape(x), _shape(y)
+    if len(xs) >= 2 and len(ys) >= 2:
+        return _matmul(x, y)
+    from .array import expand_dims, squeeze
+    x2 = expand_dims(x, 0) if len(xs) == 1 else x
+    y2 = expand_dims(y, -1) if len(ys) == 1 else y
+    out = _matmul(x2, y2)
+    if len(ys) == 1:
+        out = squeeze(out, -1)
+    if len(xs) == 1:
+        out = squeeze(out, -2 if len(ys) != 1 else -1)
+    return out
+
+
+@defop("swapaxes", kind="view", attrs=("axis1", "axis2"))
+def swapaxes(x, axis1, axis2):
+    return np.swapaxes(x, axis1, axis2)
+
+
+swapaxes.defvjp(lambda ctx, g: swapaxes(g, ctx.attrs["axis1"], ctx.attrs["axis2"]))
+
+
+def bmm(x, y):
+    """Batched matrix product (B, n, k) @ (B, k, m)."""
+    return _matmul(x, y)
