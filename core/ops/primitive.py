@@ -27,9 +27,11 @@ class Primitive:
     """One op: name, forward kernel, VJP rule and the metadata the compiler and planner read."""
 
     __slots__ = ("name", "impl", "vjp", "kind", "num_outputs", "differentiable",
-                 "cpp", "shard_rule", "attr_names", "attr_defaults", "num_inputs", "doc")
+                 "cpp", "shard_rule", "attr_names", "attr_defaults", "num_inputs", "stateful",
+                 "mutates", "doc")
 
-    def __init__(self, name, impl, kind="opaque", num_outputs=1, differentiable=True, cpp=None, attrs=()):
+    def __init__(self, name, impl, kind="opaque", num_outputs=1, differentiable=True, cpp=None, attrs=(),
+                 stateful=False, mutates=()):
         if kind not in KINDS:
             raise ValueError(f"primitive {name!r}: kind must be one of {KINDS}, got {kind!r}")
         self.name = name
@@ -40,6 +42,8 @@ class Primitive:
         self.differentiable = differentiable
         self.cpp = cpp
         self.shard_rule = None
+        self.stateful = stateful  # draws random numbers or reads external state: never folded or merged
+        self.mutates = tuple(mutates)  # input positions updated in place (optimizer updates, assign)
         self.doc = impl.__doc__
         self.attr_names = tuple(attrs)
         params = inspect.signature(impl).parameters.values()
@@ -72,16 +76,19 @@ class Primitive:
         return f"Primitive({self.name})"
 
 
-def defop(name, kind="opaque", num_outputs=1, differentiable=True, cpp=None, attrs=()):
+def defop(name, kind="opaque", num_outputs=1, differentiable=True, cpp=None, attrs=(),
+          stateful=False, mutates=()):
     """Decorator: turn a numpy forward into a registered Primitive.
 
     `attrs` names the impl's non-tensor parameters (axes, shapes, dtypes): the graph IR keeps them
     as node attributes, VJP rules read them from `ctx.attrs`, and callers may pass them positionally.
+    `stateful` marks ops whose result is not a function of their inputs (random draws); `mutates`
+    lists the input positions an op writes in place (parameter and optimizer-state updates).
     """
     def register(impl):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
-        prim = Primitive(name, impl, kind, num_outputs, differentiable, cpp, attrs)
+        prim = Primitive(name, impl, kind, num_outputs, differentiable, cpp, attrs, stateful, mutates)
         REGISTRY[name] = prim
         return prim
     return register
