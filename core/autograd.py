@@ -15,6 +15,10 @@ from . import dtype as _dtype
 from .tensor import Tensor
 
 
+class MissingVJPError(LookupError):
+    """A primitive without a VJP rule was asked for a gradient."""
+
+
 class _State:
     __slots__ = ("depth", "disabled", "recording")
 
@@ -187,7 +191,7 @@ def backward(root, sens, targets):
 def _apply_vjp(node, slots, relevant, grads):
     prim = node.prim
     if prim.vjp is None:
-        raise NotImplementedError(f"primitive {prim.name!r} has no VJP rule, so it cannot be differentiated")
+        raise MissingVJPError(f"primitive {prim.name!r} has no VJP rule, so it cannot be differentiated")
     needs = tuple(isinstance(x, Tensor) and x._node is not None and id(x._node) in relevant
                   and _dtype.is_floating(x._data.dtype) for x in node.inputs)
     if not any(needs):
