@@ -110,6 +110,12 @@ def _open_level():
         state.refresh()
 
 
+def tape():
+    """Context manager: record the ops applied inside for a later `backward(root, sens, targets)`
+    (what value_and_grad opens internally; pipeline schedules and recompute use it directly)."""
+    return _open_level()
+
+
 @contextlib.contextmanager
 def _closed_level():
     """During backward the current level is consumed: the VJPs are recorded only for an outer one."""
@@ -155,6 +161,36 @@ def _accumulate(grads, node, index, g):
     slots[index] = g if slots[index] is None else slots[index] + g
 
 
+# Callables `hook(target, grad)`, told during an outermost backward the moment a target's gradient
+# is complete, so data-parallel reducers can start communicating while backward goes on.
+grad_ready_hooks = []
+
+
+def _ready_notifier(order, targets):
+    """Count each target's recorded uses still to be differentiated; fire the hooks when none are left."""
+    by_node, pending = {}, {}
+    for t in targets:
+        by_node.setdefault(id(t._node), []).append(t)
+    for node in order:
+        for x in node.inputs:
+            if isinstance(x, Tensor) and x._node is not None and id(x._node) in by_node:
+                pending[id(x._node)] = pending.get(id(x._node), 0) + 1
+
+    def notify(node, grads):
+        for x in node.inputs:
+            key = id(x._node) if isinstance(x, Tensor) and x._node is not None else None
+            if key not in pending:
+                continue
+            pending[key] -= 1
+            slots = grads.get(key)
+            if pending[key] == 0 and slots is not None:
+                for t in by_node[key]:
+                    if slots[t._index] is not None:
+                        for hook in tuple(grad_ready_hooks):
+                            hook(t, slots[t._index])
+    return notify
+
+
 def backward(root, sens, targets):
     """Gradients of `root` (weighted by `sens`) with respect to each tensor of `targets`.
 
@@ -166,14 +202,16 @@ def backward(root, sens, targets):
         order, relevant = _relevant_nodes(root._node, target_nodes)
         grads = {}
         _accumulate(grads, root._node, root._index, sens)
+        notify = _ready_notifier(order, targets) if grad_ready_hooks and state.depth == 1 else None
         with _closed_level():
             for node in reversed(order):
                 if node.prim is None:
                     continue
                 slots = grads.get(id(node))
-                if slots is None:
-                    continue
-                _apply_vjp(node, slots, relevant, grads)
+                if slots is not None:
+                    _apply_vjp(node, slots, relevant, grads)
+                if notify is not None:
+                    notify(node, grads)
         for i, node in enumerate(target_nodes):
             slots = grads.get(id(node))
             if slots is not None:

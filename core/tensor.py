@@ -46,7 +46,8 @@ class Tensor:
     def _wrap(cls, array):
         """Fast construction from a kernel's output (no validation, no copy)."""
         t = object.__new__(Tensor)
-        t._data = array if type(array) is np.ndarray else np.asarray(array)
+        # a graph tracer's placeholder (core.graph.trace._Traced) is kept as it is
+        t._data = array if type(array) is np.ndarray or hasattr(type(array), "_mstrain_traced") else np.asarray(array)
         t._node = None
         t._index = 0
         return t
@@ -54,7 +55,8 @@ class Tensor:
     # -- numpy interop ------------------------------------------------------------------------
     def asnumpy(self):
         """The underlying array (shared memory, as PyTorch's .numpy())."""
-        return self._data
+        data = self._data
+        return data if type(data) is np.ndarray else np.asarray(data)  # a traced tensor raises here
 
     def __array__(self, dtype=None, copy=None):
         return self._data if dtype is None else self._data.astype(dtype)

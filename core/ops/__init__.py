@@ -1,4 +1,12 @@
-"""Ops: the primitive table (`primitive.REGISTRY`) and its functional and MindSpore-class faces."""
+"""Ops: the primitive table (`primitive.REGISTRY`) and its functional and MindSpore-class faces.
+
+    from core import ops
+    ops.relu(x); ops.softmax(x, -1)                   # functional (also `core.ops.functional`)
+    ops.MatMul(transpose_b=True).shard(((2, 1), (1, 1)))(x, w)   # MindSpore class style
+"""
 from . import functional
 from .functional import *  # noqa: F401,F403
-from .primitive import REGISTRY, Primitive, apply, defop, get  # noqa: F401
+from .primitive import REGISTRY, Primitive, ShardStrategy, apply, defop, get  # noqa: F401
+from .classes import *  # noqa: F401,F403
+from .classes_nn import *  # noqa: F401,F403
+from .classes import PrimitiveOp  # noqa: F401

@@ -3,6 +3,7 @@ import builtins
 
 import numpy as np
 
+from ._scatter import add_at_index
 from .primitive import defop
 from .math import add
 from .reduce import reshape_to
@@ -149,9 +150,7 @@ def _(ctx, g):
 @defop("index_add_zeros", attrs=("shape", "index"))
 def scatter_into_zeros(g, shape, index):
     """zeros(shape) with g added at x[index] (repeated indices accumulate): getitem's adjoint."""
-    out = np.zeros(shape, dtype=g.dtype)
-    np.add.at(out, index, g)
-    return out
+    return add_at_index(np.zeros(shape, dtype=g.dtype), index, g)
 
 
 scatter_into_zeros.defvjp(lambda ctx, g: _getitem(g, ctx.attrs["index"]))

@@ -112,7 +112,8 @@ def _(ctx, g):
     x, y = ctx.inputs
     gx = gy = None
     if ctx.needs[0]:
-        gx = unbroadcast(mul(g, mul(y, pow(x, sub(y, 1)))), x)
+        y_minus_1 = sub(y, 1) if isinstance(y, Tensor) else y - 1  # a Python scalar stays weakly typed
+        gx = unbroadcast(mul(g, mul(y, pow(x, y_minus_1))), x)
     if ctx.needs[1]:
         gy = unbroadcast(mul(g, mul(ctx.out, log(where(greater(x, 0), x, 1)))), y)
     return gx, gy

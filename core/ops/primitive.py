@@ -9,6 +9,7 @@ entry; none of them imports a concrete op.
 `apply` is the single dispatch point: a graph tracer, when active, takes the call instead of the
 numpy kernel, and the autodiff tape records the call when a gradient is being taken.
 """
+import collections
 import inspect
 
 import numpy as np
@@ -94,9 +95,21 @@ def defop(name, kind="opaque", num_outputs=1, differentiable=True, cpp=None, att
     return register
 
 
+# A class-style op's `.shard()` strategy as a tracer sees it: `in_strategy` has one tuple per input
+# of the primitive being applied (length = that input's rank), `out_strategy` is None or one tuple
+# per output, `op` names the class op (for messages).
+ShardStrategy = collections.namedtuple("ShardStrategy", ("in_strategy", "out_strategy", "op"))
+
+
 class _Dispatch:
-    """Who executes primitives: None means eager numpy; a tracer object captures them into a graph."""
+    """Who executes primitives: None means eager numpy; a tracer object captures them into a graph.
+
+    `strategy` is a `ShardStrategy` while a sharded class op (`ops.MatMul().shard(...)`) applies
+    its primitive under a tracer, else None; a tracer reads it in its `apply` and keeps it on the
+    node. Eager dispatch never looks at it.
+    """
     tracer = None
+    strategy = None
 
 
 dispatch = _Dispatch()
