@@ -1,0 +1,57 @@
+"""Data pipelines (`from core import dataset as ds`), after `mindspore.dataset`.
+
+    data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=True)
+    data = data.map(lambda x: x / 255.0, input_columns="x", num_parallel_workers=2).batch(32)
+    for x, y in data.create_tuple_iterator(num_epochs=1): ...
+
+Sources: NumpySlicesDataset, GeneratorDataset, TextFileDataset, MindDataset (record files of
+`core.mindrecord`), and `SourceDataset` / `register_source` for kits' own sources.
+Operations: map, batch, shuffle, repeat, take, skip, project, rename, zip, concat, filter.
+Transforms: `vision` (Normalize, RandomCrop, RandomHorizontalFlip, HWC2CHW, Rescale, Resize),
+`transforms` (TypeCast, Compose, OneHot), `text` (CharTokenizer, ByteLevelTokenizer,
+SequenceWindows).
+
+Epochs and determinism
+    An epoch is one pass over the pipeline. Every shuffle (source-level or `.shuffle`) and every
+    random transform draws from a generator keyed by (seed, epoch, node[, row]), so an epoch's
+    rows are a pure function of the seed and the epoch number: reshuffled each epoch, identical
+    across runs and independent of worker timing. The seed is `config.set_seed`, else
+    `core.random.set_seed`, else a fixed default.
+
+Sharding (data parallel)
+    Sources take num_shards/shard_id; when both are omitted they default to the MPI launcher's
+    size/rank (PMI_SIZE/PMI_RANK, OMPI_COMM_WORLD_SIZE/RANK; `config.set_auto_shard(False)`
+    turns that off). Shards are equal in size and cover the data, padding by wrap-around when the
+    row count is not divisible (MindSpore's DistributedSampler); see `core.dataset.sampler`.
+
+Iterators, prefetch and resuming (the checkpoint interface)
+    it = data.create_tuple_iterator(num_epochs=-1, output_numpy=False, state=None, prefetch_size=None)
+    - each `for` loop over `it` runs one epoch; rows are tuples of `core.Tensor` (numpy arrays with
+      output_numpy=True; string columns stay numpy); create_dict_iterator yields dicts.
+    - a background thread keeps up to `prefetch_size` finished rows ready (0: no thread). An
+      exception in the pipeline is raised in the consumer with its original traceback; rows
+      (batches) are handed over whole.
+    - `it.get_state()` -> {"epoch": e, "index": i, "seed": s}, small and JSON-able: the epoch, the
+      rows already handed out in it, and the seed. Save it with a checkpoint; then
+      `data.create_tuple_iterator(..., state=saved)` or `it.set_state(saved)` continues with exactly
+      the rows the uninterrupted run would have produced next. Sources, map, batch, take, skip,
+      repeat and zip jump to the position directly; shuffle-buffer and filter replay the epoch.
+"""
+from . import config, sampler, text, transforms, vision
+from .engine import Dataset
+from .iterator import DictIterator, TupleIterator
+from .mind import MindDataset
+from .ops import (BatchDataset, ConcatDataset, FilterDataset, MapDataset, ProjectDataset,
+                  RenameDataset, RepeatDataset, ShuffleDataset, SkipDataset, TakeDataset, ZipDataset)
+from .text import SequenceWindows
+from .sources import (GeneratorDataset, NumpySlicesDataset, SourceDataset, TextFileDataset,
+                      create_source, register_source, registered_sources)
+
+__all__ = [
+    "Dataset", "SourceDataset", "NumpySlicesDataset", "GeneratorDataset", "TextFileDataset",
+    "MindDataset",
+    "TupleIterator", "DictIterator", "register_source", "create_source", "registered_sources",
+    "config", "sampler", "MapDataset", "BatchDataset", "ShuffleDataset", "RepeatDataset",
+    "TakeDataset", "SkipDataset", "ProjectDataset", "RenameDataset", "ZipDataset",
+    "ConcatDataset", "FilterDataset", "SequenceWindows", "text", "transforms", "vision",
+]

@@ -1,0 +1,89 @@
+"""Pipeline-wide settings: the shuffle seed, default worker and prefetch counts, auto-sharding.
+
+The seed every shuffle and random transform derives from is, in order of precedence:
+`config.set_seed(s)`, then `core.random.set_seed(s)` (read through `core.random.get_seed()`),
+then a fixed default (so a run is repeatable and every rank draws the same global order, which
+data-parallel sharding needs). Iterators capture the seed when they are created.
+"""
+import os
+
+_DEFAULT_SEED = 5489  # fixed so that unseeded ranks still agree on the shuffled order
+
+_settings = {
+    "seed": None,
+    "num_parallel_workers": 1,
+    "prefetch_size": 16,
+    "auto_shard": True,
+}
+
+
+def set_seed(seed):
+    """Seed all dataset shuffles and random transforms (None: fall back to core.random's seed)."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"dataset.config.set_seed: seed must be a non-negative int, got {seed!r}")
+    _settings["seed"] = seed
+
+
+def get_seed():
+    """The seed pipelines use now (see the module docstring for the precedence)."""
+    if _settings["seed"] is not None:
+        return _settings["seed"]
+    try:
+        from core import random as core_random
+        global_seed = core_random.get_seed()
+    except (ImportError, AttributeError):
+        global_seed = None
+    return _DEFAULT_SEED if global_seed is None else int(global_seed)
+
+
+def set_num_parallel_workers(num):
+    """Default worker count for map and sources that accept num_parallel_workers."""
+    _settings["num_parallel_workers"] = _positive_int(num, "num_parallel_workers")
+
+
+def get_num_parallel_workers():
+    return _settings["num_parallel_workers"]
+
+
+def set_prefetch_size(size):
+    """Default depth of the iterator's background prefetch queue (0 disables the thread)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"dataset.config.set_prefetch_size: expected an int >= 0, got {size!r}")
+    _settings["prefetch_size"] = size
+
+
+def get_prefetch_size():
+    return _settings["prefetch_size"]
+
+
+def set_auto_shard(enabled):
+    """When True (default), sources shard by the MPI rank/size found in the environment."""
+    _settings["auto_shard"] = bool(enabled)
+
+
+def get_auto_shard():
+    return _settings["auto_shard"]
+
+
+_RANK_ENV = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+             ("PMIX_RANK", "PMIX_SIZE"))
+
+
+def mpi_rank_and_size():
+    """(rank, size) from the launcher's environment (mpiexec of MPICH or OpenMPI), else (0, 1).
+
+    Read from environment variables so that importing the dataset module never starts MPI.
+    """
+    for rank_key, size_key in _RANK_ENV:
+        if rank_key in os.environ and size_key in os.environ:
+            try:
+                return int(os.environ[rank_key]), int(os.environ[size_key])
+            except ValueError:
+                continue
+    return 0, 1
+
+
+def _positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value

@@ -1,0 +1,18 @@
+"""Record files (after MindSpore's MindRecord): many small samples packed into large checksummed
+pages, spread over shard files, with an index for lookup by field value.
+
+    from core.mindrecord import FileWriter, FileReader
+    writer = FileWriter("data.rec", shard_num=2)
+    writer.add_schema({"image": {"type": "bytes"}, "label": {"type": "int64"}})
+    writer.add_index(["label"])
+    writer.write_raw_data([{"image": b"...", "label": 1}])
+    writer.commit()
+    rows = list(FileReader("data.rec0"))
+
+`core.dataset.MindDataset` reads them into a pipeline. The layout is in `core.mindrecord.format`;
+`mstrain data convert|info` is `core.mindrecord.cli`.
+"""
+from .reader import FileReader, RecordSet
+from .writer import FileWriter, shard_file_names
+
+__all__ = ["FileWriter", "FileReader", "RecordSet", "shard_file_names"]
