@@ -7,6 +7,8 @@ from .tensor import Parameter, Tensor
 from .autograd import GradOperation, grad, no_grad, value_and_grad
 from . import ops
 from .random import set_seed, get_seed  # noqa: F401
+from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context  # noqa: E402,F401
+from .jit import jit, jit_compile_count, mutable  # noqa: E402,F401  (graph mode: core.graph)
 from . import common  # noqa: E402  (initializers, ParameterTuple)
 from .common import ParameterTuple  # noqa: E402,F401
 from . import nn  # noqa: E402  (networks and optimizers: `from core import nn`)
@@ -29,3 +31,13 @@ __all__ += [  # training names (core.train, core.amp)
     "DynamicLossScaleManager",
 ]
 __all__ += ["dataset", "mindrecord"]  # data pipelines and record files
+__all__ += ["nn", "common", "ParameterTuple"]  # networks, optimizers, initializers
+__all__ += ["GRAPH_MODE", "PYNATIVE_MODE", "set_context", "get_context", "jit", "mutable",
+            "jit_compile_count"]  # graph mode
+from . import communication  # noqa: E402  (ms.communication.init / get_rank / get_group_size)
+from . import parallel  # noqa: E402  (data / operator / optimizer / pipeline parallelism)
+from .parallel import (  # noqa: E402,F401
+    get_auto_parallel_context, reset_auto_parallel_context, set_auto_parallel_context,
+)
+__all__ += ["communication", "parallel", "set_auto_parallel_context", "get_auto_parallel_context",
+            "reset_auto_parallel_context"]  # parallel training

@@ -130,6 +130,8 @@ def _layer_rows():
         case("dense", layers.dense, lambda x, w, b: x @ w.T + b, normal(4, 3), normal(5, 3), normal(5),
              second_order=True),
         case("dense_no_bias", layers.dense_no_bias, lambda x, w: x @ w.T, normal(4, 3), normal(5, 3)),
+        case("dense_weight_grad", layers.dense_weight_grad, lambda g, x: g.T @ x, normal(4, 5), normal(4, 3),
+             second_order=True),
     ]
 
 

@@ -1,0 +1,54 @@
+"""Layer primitives: `dense(x, w, b) = x @ w.T + b` as ONE op.
+
+Composing it from matmul(x, transpose(w)) makes the weight gradient a transposed view, and
+every optimizer pass over a transposed (out, in) array is several times slower than over a
+contiguous one; the fused op's VJP computes g.T @ x, contiguous (out, in), directly. It also
+saves the dispatch and tape entries of the transposes and the bias add (`dense_weight_grad`
+computes g.T @ x as one op too). The VJPs are written in ops, so higher-order gradients work.
+"""
+import numpy as np
+
+from ..ops import functional as F
+from ..ops.primitive import defop
+
+
+@defop("dense")
+def dense(x, weight, bias):
+    """(N, in) @ (out, in).T + (out,) -> (N, out)."""
+    out = np.matmul(x, weight.T)
+    out += bias
+    return out
+
+
+@dense.defvjp
+def _(ctx, g):
+    x, weight, _ = ctx.inputs
+    return (F.matmul(g, weight) if ctx.needs[0] else None,
+            dense_weight_grad(g, x) if ctx.needs[1] else None,
+            F.sum(g, 0) if ctx.needs[2] else None)
+
+
+@defop("dense_no_bias")
+def dense_no_bias(x, weight):
+    """(N, in) @ (out, in).T -> (N, out)."""
+    return np.matmul(x, weight.T)
+
+
+@dense_no_bias.defvjp
+def _(ctx, g):
+    x, weight = ctx.inputs
+    return (F.matmul(g, weight) if ctx.needs[0] else None,
+            dense_weight_grad(g, x) if ctx.needs[1] else None)
+
+
+@defop("dense_weight_grad")
+def dense_weight_grad(g, x):
+    """(N, out).T @ (N, in) -> (out, in): the weight gradient of `dense`, contiguous."""
+    return np.matmul(g.T, x)
+
+
+@dense_weight_grad.defvjp
+def _(ctx, w):
+    g, x = ctx.inputs  # out = g.T @ x, so d/dg = x @ w.T and d/dx = g @ w
+    return (dense_no_bias(x, w) if ctx.needs[0] else None,
+            F.matmul(g, w) if ctx.needs[1] else None)

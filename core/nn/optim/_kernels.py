@@ -1,0 +1,235 @@
+"""Optimizer update primitives: one op per algorithm, updating parameter and state IN PLACE.
+
+Each is a `defop(..., differentiable=False, mutates=...)`, so eager mode runs the numpy kernel
+directly and a graph tracer records the same primitive (the mutated inputs tell it which
+buffers are written). Hyper-parameters fixed at construction are attrs; the learning rate and
+the step counter are inputs because they change every step.
+
+Kernels write into the state arrays with `out=` and take their temporaries from a per-thread
+scratch pool keyed by shape: a fresh temporary the size of a weight matrix costs an mmap and
+page faults on every step, which is slower than the arithmetic itself (temporaries over 16 MB
+are not pooled, to keep the resident memory bounded).
+
+Shared conventions: `grad_scale` multiplies the gradient first (1 / loss_scale); `weight_decay`
+is L2 added to the gradient (`g + wd * param`), except in `apply_adam_weight_decay`, where it
+is decoupled. `step` is the global step *after* this update's increment (1 on the first update).
+"""
+import math
+import threading
+
+import numpy as np
+
+from ...ops.primitive import defop
+
+
+class _ScratchPool(threading.local):
+    def __init__(self):
+        self.buffers = {}
+
+
+_pool = _ScratchPool()
+
+
+_POOLED_BYTES = 16 << 20  # larger temporaries are allocated per call: their arithmetic dominates
+
+
+def _scratch(like, slot=0):
+    """A reusable uninitialised array shaped like `like` (slot: several at once). Never returned."""
+    if like.nbytes > _POOLED_BYTES:
+        return np.empty(like.shape, like.dtype)
+    key = (like.shape, like.dtype, slot)
+    buffer = _pool.buffers.get(key)
+    if buffer is None:
+        buffer = _pool.buffers[key] = np.empty(like.shape, like.dtype)
+    return buffer
+
+
+def _effective_grad(grad, param, weight_decay, grad_scale, out=None):
+    """grad * grad_scale + weight_decay * param (into `out` or the scratch pool's slot 1); the
+    gradient itself is never written."""
+    if grad_scale == 1.0 and not weight_decay:
+        return grad
+    g = _scratch(param, 1) if out is None else out
+    np.multiply(grad, grad_scale, out=g, dtype=g.dtype)
+    if weight_decay:
+        decay = _scratch(param, 2) if out is None else np.empty_like(out)
+        np.multiply(param, weight_decay, out=decay)
+        g += decay
+    return g
+
+
+def _subtract_scaled(param, lr, update):
+    """param -= lr * update, through the scratch pool."""
+    scaled = _scratch(param)
+    np.multiply(update, lr, out=scaled)
+    param -= scaled
+
+
+@defop("optimizer_step_increment", differentiable=False, mutates=(0,))
+def increment_step(step):
+    """global_step += 1, in place."""
+    np.add(step, 1, out=step)
+    return step
+
+
+@defop("apply_gradient_descent", differentiable=False, mutates=(0,), attrs=("weight_decay", "grad_scale"))
+def apply_gradient_descent(param, grad, lr, weight_decay=0.0, grad_scale=1.0):
+    """param -= lr * g."""
+    g = _effective_grad(grad, param, weight_decay, grad_scale)
+    _subtract_scaled(param, float(lr), g)
+    return param
+
+
+def _momentum_step(param, accum, g, lr, momentum, nesterov):
+    if nesterov:  # param -= lr * (g + momentum * accum)
+        update = _scratch(param, 3)
+        np.multiply(accum, momentum, out=update)
+        update += g
+        _subtract_scaled(param, lr, update)
+    else:
+        _subtract_scaled(param, lr, accum)
+
+
+@defop("apply_momentum", differentiable=False, mutates=(0, 1),
+       attrs=("momentum", "use_nesterov", "weight_decay", "grad_scale"))
+def apply_momentum(param, accum, grad, lr, momentum=0.9, use_nesterov=False, weight_decay=0.0, grad_scale=1.0):
+    """accum = momentum * accum + g; param -= lr * accum (Nesterov: lr * (g + momentum * accum))."""
+    g = _effective_grad(grad, param, weight_decay, grad_scale)
+    accum *= momentum
+    accum += g
+    _momentum_step(param, accum, g, float(lr), momentum, use_nesterov)
+    return param
+
+
+@defop("apply_sgd", differentiable=False, mutates=(0, 1),
+       attrs=("momentum", "dampening", "nesterov", "weight_decay", "grad_scale"))
+def apply_sgd(param, accum, grad, lr, step, momentum=0.0, dampening=0.0, nesterov=False,
+              weight_decay=0.0, grad_scale=1.0):
+    """PyTorch/MindSpore SGD: accum = g on the first step, then momentum * accum + (1 - dampening) * g."""
+    g = _effective_grad(grad, param, weight_decay, grad_scale)
+    if int(step) <= 1:
+        np.copyto(accum, g)
+    else:
+        accum *= momentum
+        if dampening:
+            damped = _scratch(param, 3)
+            np.multiply(g, 1.0 - dampening, out=damped)
+            accum += damped
+        else:
+            accum += g
+    _momentum_step(param, accum, g, float(lr), momentum, nesterov)
+    return param
+
+
+def _update_moments(m, v, g, beta1, beta2, scratch):
+    """m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2, in place (scratch: a temporary like g)."""
+    np.square(g, out=scratch, dtype=scratch.dtype)
+    scratch *= 1.0 - beta2
+    v *= beta2
+    v += scratch
+    np.multiply(g, 1.0 - beta1, out=scratch)
+    m *= beta1
+    m += scratch
+
+
+def _adam_step(param, m, v_for_denom, g, lr_t, eps, beta1, use_nesterov, scratch):
+    """param -= lr_t * numerator / (sqrt(v) + eps), numerator m (Nesterov: b1 m + (1 - b1) g)."""
+    np.sqrt(v_for_denom, out=scratch)
+    scratch += eps
+    if use_nesterov:
+        np.divide(beta1 * m + (1.0 - beta1) * g, scratch, out=scratch)
+    else:
+        np.divide(m, scratch, out=scratch)
+    scratch *= lr_t
+    param -= scratch
+
+
+def _bias_corrected_lr(lr, step, beta1, beta2):
+    """MindSpore's Adam step size: lr * sqrt(1 - b2^t) / (1 - b1^t)."""
+    t = float(step)
+    return float(lr) * math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t)
+
+
+@defop("apply_adam", differentiable=False, mutates=(0, 1, 2),
+       attrs=("beta1", "beta2", "eps", "use_nesterov", "weight_decay", "grad_scale"))
+def apply_adam(param, m, v, grad, lr, step, beta1=0.9, beta2=0.999, eps=1e-8, use_nesterov=False,
+               weight_decay=0.0, grad_scale=1.0):
+    """Adam (MindSpore's ApplyAdam): param -= lr * sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps)."""
+    g = _effective_grad(grad, param, weight_decay, grad_scale)
+    scratch = _scratch(param)
+    _update_moments(m, v, g, beta1, beta2, scratch)
+    _adam_step(param, m, v, g, _bias_corrected_lr(lr, step, beta1, beta2), eps, beta1, use_nesterov, scratch)
+    return param
+
+
+@defop("apply_adam_amsgrad", differentiable=False, mutates=(0, 1, 2, 3),
+       attrs=("beta1", "beta2", "eps", "weight_decay", "grad_scale"))
+def apply_adam_amsgrad(param, m, v, vhat, grad, lr, step, beta1=0.9, beta2=0.999, eps=1e-8,
+                       weight_decay=0.0, grad_scale=1.0):
+    """AMSGrad: as Adam, with the running maximum vhat = max(vhat, v) in the denominator."""
+    g = _effective_grad(grad, param, weight_decay, grad_scale)
+    scratch = _scratch(param)
+    _update_moments(m, v, g, beta1, beta2, scratch)
+    np.maximum(vhat, v, out=vhat)
+    _adam_step(param, m, vhat, g, _bias_corrected_lr(lr, step, beta1, beta2), eps, beta1, False, scratch)
+    return param
+
+
+@defop("apply_adam_weight_decay", differentiable=False, mutates=(0, 1, 2),
+       attrs=("beta1", "beta2", "eps", "weight_decay", "bias_correction", "grad_scale"))
+def apply_adam_weight_decay(param, m, v, grad, lr, step, beta1=0.9, beta2=0.999, eps=1e-6,
+                            weight_decay=0.0, bias_correction=False, grad_scale=1.0):
+    """Adam with decoupled weight decay: param *= 1 - lr * wd, then the Adam step.
+
+    bias_correction=False is MindSpore's AdamWeightDecay (step lr * m / (sqrt(v) + eps));
+    True is PyTorch's AdamW (step lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)).
+    """
+    g = _effective_grad(grad, param, 0.0, grad_scale)
+    lr = float(lr)
+    if weight_decay:
+        param *= 1.0 - lr * weight_decay
+    scratch = _scratch(param)
+    _update_moments(m, v, g, beta1, beta2, scratch)
+    step_size, denom_scale = lr, 1.0
+    if bias_correction:
+        t = float(step)
+        step_size = lr / (1.0 - beta1 ** t)
+        denom_scale = 1.0 / math.sqrt(1.0 - beta2 ** t)
+    np.sqrt(v, out=scratch)
+    if denom_scale != 1.0:
+        scratch *= denom_scale
+    scratch += eps
+    np.divide(m, scratch, out=scratch)
+    scratch *= step_size
+    param -= scratch
+    return param
+
+
+def _touched_rows(grad2d):
+    """Indices of the rows holding any non-zero gradient entry."""
+    return np.flatnonzero(grad2d.any(axis=1))
+
+
+@defop("apply_lazy_adam", differentiable=False, mutates=(0, 1, 2),
+       attrs=("beta1", "beta2", "eps", "use_nesterov", "weight_decay", "grad_scale"))
+def apply_lazy_adam(param, m, v, grad, lr, step, beta1=0.9, beta2=0.999, eps=1e-8, use_nesterov=False,
+                    weight_decay=0.0, grad_scale=1.0):
+    """Adam restricted to the rows (first axis) whose gradient has a non-zero entry: the moments
+    and values of untouched rows stay as they are (no decay of m and v, no weight decay)."""
+    rows_of = (lambda a: a.reshape(a.shape[0], -1)) if param.ndim else (lambda a: a.reshape(1, 1))
+    p2, m2, v2, g2 = rows_of(param), rows_of(m), rows_of(v), rows_of(grad)
+    rows = _touched_rows(g2)
+    if rows.size == 0:
+        return param
+    if rows.size == p2.shape[0]:  # every row touched: plain Adam, in place
+        return apply_adam.impl(param, m, v, grad, lr, step, beta1, beta2, eps, use_nesterov,
+                               weight_decay, grad_scale)
+    p_rows = p2[rows]  # gathered copies (their shape changes every step: no scratch pool)
+    g = _effective_grad(g2[rows], p_rows, weight_decay, grad_scale, out=np.empty_like(p_rows))
+    m_rows, v_rows = m2[rows], v2[rows]
+    scratch = np.empty_like(p_rows)
+    _update_moments(m_rows, v_rows, g, beta1, beta2, scratch)
+    lr_t = _bias_corrected_lr(lr, step, beta1, beta2)
+    _adam_step(p_rows, m_rows, v_rows, g, lr_t, eps, beta1, use_nesterov, scratch)
+    m2[rows], v2[rows], p2[rows] = m_rows, v_rows, p_rows
+    return param

@@ -1,0 +1,167 @@
+"""Wrapper Cells: network + loss, and one training step (forward, backward, reduce, update).
+
+All wrappers use `auto_prefix=False`, so wrapping a network never renames its Parameters.
+"""
+import importlib.util
+
+import numpy as np
+
+from .. import dtype as _dtype
+from ..autograd import no_grad, value_and_grad
+from ..ops import functional as F
+from ..tensor import Tensor
+from .cell import Cell
+
+_REDUCED_MODES = ("data_parallel", "hybrid_parallel")
+_PLANNED_MODES = ("semi_auto_parallel", "auto_parallel")
+
+
+class WithLossCell(Cell):
+    """`loss_fn(backbone(data), label)`."""
+
+    def __init__(self, backbone, loss_fn):
+        super().__init__(auto_prefix=False)
+        self._backbone = backbone
+        self._loss_fn = loss_fn
+
+    def construct(self, data, label):
+        return self._loss_fn(self._backbone(data), label)
+
+    @property
+    def backbone_network(self):
+        return self._backbone
+
+
+class WithEvalCell(Cell):
+    """Evaluation wrapper: returns (loss, outputs, label); `add_cast_fp32` casts both to float32 first."""
+
+    def __init__(self, network, loss_fn, add_cast_fp32=False):
+        super().__init__(auto_prefix=False)
+        self._network = network
+        self._loss_fn = loss_fn
+        self.add_cast_fp32 = add_cast_fp32
+
+    def construct(self, data, label):
+        outputs = self._network(data)
+        if self.add_cast_fp32:
+            label = F.cast(label, _dtype.float32)
+            outputs = F.cast(outputs, _dtype.float32)
+        loss = self._loss_fn(outputs, label)
+        return loss, outputs, label
+
+
+def _data_parallel_degree(get):
+    """Ranks holding replicas of the same parameters, for the modes that reduce gradients here."""
+    mode = get("parallel_mode")
+    if mode in _REDUCED_MODES:
+        return int(get("device_num"))
+    if mode in _PLANNED_MODES:
+        model_ranks = int(get("model_parallel")) * int(get("pipeline_stages"))
+        return int(get("device_num")) // max(model_ranks, 1)
+    return 1
+
+
+def make_grad_reducer(weights):
+    """The gradient reducer the parallel context asks for: identity when stand-alone (or when
+    core.parallel is absent), else `core.parallel.DistributedGradReducer` over the data-parallel ranks."""
+    if importlib.util.find_spec("core.parallel") is None:
+        return _identity
+    from .. import parallel
+    get = parallel.get_auto_parallel_context
+    degree = _data_parallel_degree(get)
+    if degree <= 1 or get("enable_parallel_optimizer"):  # a ParallelOptimizer reduce-scatters itself
+        return _identity
+    # the reducer's default group is the context's data-parallel group, its divisor that group's size
+    return parallel.DistributedGradReducer(weights, mean=get("gradients_mean"))
+
+
+def _identity(grads):
+    return grads
+
+
+class TrainOneStepCell(Cell):
+    """One training step: `loss, grads = value_and_grad(network, None, weights)(*inputs)`, then
+    `grads = grad_reducer(grads)` (all-reduce under data parallelism), `optimizer(grads)`; returns loss.
+
+    `network` returns a scalar loss (e.g. a WithLossCell); `sens` scales the gradients;
+    `return_grad=True` returns (loss, reduced gradients).
+    """
+
+    def __init__(self, network, optimizer, sens=None, return_grad=False):
+        super().__init__(auto_prefix=False)
+        self.network = network
+        self.network.set_grad()
+        if importlib.util.find_spec("core.parallel") is not None:
+            from ..parallel import wrap_optimizer  # enable_parallel_optimizer: shard the optimizer state
+            optimizer = wrap_optimizer(optimizer)
+        self.optimizer = optimizer
+        self.weights = optimizer.parameters
+        self.sens = 1.0 if sens is None else float(sens)
+        self.return_grad = return_grad
+        self.grad_reducer = make_grad_reducer(self.weights)
+        self._grad_fn = value_and_grad(self.network, None, self.weights)
+
+    def construct(self, *inputs):
+        loss, grads = self._grad_fn(*inputs)
+        if self.sens != 1.0:
+            grads = tuple(F.mul(g, self.sens) for g in grads)
+        grads = self.grad_reducer(grads)
+        self.optimizer(grads)
+        return (loss, grads) if self.return_grad else loss
+
+
+def _all_finite(grads):
+    """True when no gradient holds inf or nan (a sum is non-finite exactly when an entry is, barring
+    float64 overflow of finite values, which would itself mean the scale is far too large)."""
+    for g in grads:
+        if not np.isfinite(np.sum(g._data, dtype=np.float64)):
+            return False
+    return True
+
+
+class TrainOneStepWithLossScaleCell(TrainOneStepCell):
+    """A training step with loss scaling: the loss is multiplied by the scale S before the backward
+    pass and the gradients divided by S after it; if any gradient is inf/nan the update is skipped.
+
+    `scale_sense` is a Tensor (a fixed S) or an update cell with `loss_scale` (the current S) and
+    `update(overflow)` (see core.train.loss_scale). Returns (loss, overflow, S used this step).
+    """
+
+    def __init__(self, network, optimizer, scale_sense):
+        super().__init__(network, optimizer)
+        if isinstance(scale_sense, Tensor):
+            if scale_sense.size != 1:
+                raise ValueError(f"scale_sense must hold one value, got shape {scale_sense.shape}")
+            self._fixed_scale, self.scale_sense = float(scale_sense._data.reshape(())), None
+        elif callable(getattr(scale_sense, "update", None)) and hasattr(scale_sense, "loss_scale"):
+            self._fixed_scale, self.scale_sense = None, scale_sense
+        else:
+            raise TypeError("scale_sense must be a Tensor or an update cell with `loss_scale` and "
+                            f"`update(overflow)`, got {type(scale_sense).__name__}")
+        self._scale_now = 1.0
+        self._grad_fn = value_and_grad(self._scaled_loss, None, self.weights, has_aux=True)
+
+    def _scaled_loss(self, *inputs):
+        loss = self.network(*inputs)
+        return F.mul(loss, self._scale_now), loss
+
+    def set_sense_scale(self, sens):
+        """Replace a fixed scale (only when scale_sense was a Tensor)."""
+        if self.scale_sense is not None:
+            raise TypeError("set_sense_scale: this cell's scale is managed by its update cell")
+        self._fixed_scale = float(np.asarray(getattr(sens, "_data", sens)).reshape(()))
+
+    def construct(self, *inputs):
+        scale = self._fixed_scale if self.scale_sense is None else float(self.scale_sense.loss_scale)
+        self._scale_now = scale
+        (_, loss), grads = self._grad_fn(*inputs)
+        with no_grad():
+            grads = tuple(F.mul(g, 1.0 / scale) for g in grads)
+            grads = self.grad_reducer(grads)
+            overflow = not _all_finite(grads)
+        if self.scale_sense is not None:
+            self.scale_sense.update(overflow)
+        drop = getattr(self.scale_sense, "drop_overflow_update", True)
+        if not (overflow and drop):
+            self.optimizer(grads)
+        return loss, Tensor(np.array(overflow)), Tensor(np.array(scale, np.float32))
