@@ -306,4 +306,4 @@ def test_against_torch_when_installed():
                 t.grad = torch.tensor(g)
             torch_opt.step()
         for p, t in zip(params, theirs):
-            np.testing.assert_allclose(p.asnumpy(), t.detach().numpy(), rtol=1e-10)
+            np.testing.assert_allclose(p.asnumpy(), t.detach().numpy(), rtol=1e-6)  # the learning rate is a float32 Parameter, as in MindSpore
