@@ -1,0 +1,76 @@
+"""Numpy reference implementations of the kernels.
+
+Each function here is the definition of what its C++ twin computes: `core.kernels` falls back to
+it when the extension is not built (or `MSTRAIN_DISABLE_KERNELS=1`), and the tests compare the
+two. Inputs are assumed validated by `core.kernels` (dtypes, shapes, index ranges).
+"""
+import numpy as np
+
+
+def scatter_add_rows(out, index, src):
+    """out[index[i]] += src[i] for every i (rows; repeated indices accumulate). In place, returns out."""
+    np.add.at(out, index, src)
+    return out
+
+
+def segment_sum(data, segment_ids, num_segments):
+    """out[s] = sum_{i: segment_ids[i] == s} data[i]; empty segments are 0."""
+    out = np.zeros((num_segments,) + data.shape[1:], dtype=data.dtype)
+    if data.shape[0]:
+        np.add.at(out, segment_ids, data)
+    return out
+
+
+def _lowest(dtype):
+    return -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
+
+
+def segment_max(data, segment_ids, num_segments, empty_value=0.0):
+    """out[s] = max_{i: segment_ids[i] == s} data[i] (elementwise over trailing axes);
+    segments with no member are `empty_value`. NaN propagates."""
+    out = np.full((num_segments,) + data.shape[1:], _lowest(data.dtype), dtype=data.dtype)
+    if data.shape[0]:
+        np.maximum.at(out, segment_ids, data)
+    counts = np.bincount(segment_ids, minlength=num_segments)
+    out[counts == 0] = empty_value
+    return out
+
+
+def spmm_csr(indptr, indices, values, dense):
+    """(A @ dense) for the CSR matrix A = (indptr, indices, values) of shape (len(indptr)-1, dense.shape[0]):
+    out[r] = sum_{k in [indptr[r], indptr[r+1])} values[k] * dense[indices[k]]."""
+    n_rows = indptr.shape[0] - 1
+    out = np.zeros((n_rows, dense.shape[1]), dtype=dense.dtype)
+    if indices.shape[0] == 0:
+        return out
+    contributions = values[:, None].astype(dense.dtype, copy=False) * dense[indices]  # (nnz, F)
+    lengths = np.diff(indptr)
+    nonempty = lengths > 0
+    # reduceat on an empty range returns the element itself, so empty rows are left out.
+    out[nonempty] = np.add.reduceat(contributions, indptr[:-1][nonempty], axis=0)
+    return out
+
+
+def segment_softmax(scores, segment_ids, num_segments):
+    """out[i] = exp(scores[i] - m[s]) / sum_{j: seg(j) == s} exp(scores[j] - m[s]) with s = segment_ids[i]
+    and m[s] the segment maximum (numerical stability); per column when scores is (E, H)."""
+    seg_max = segment_max(scores, segment_ids, num_segments)
+    shifted = np.exp(scores - seg_max[segment_ids])
+    seg_sum = segment_sum(shifted, segment_ids, num_segments)
+    return shifted / seg_sum[segment_ids]
+
+
+def adam_update(param, m, v, grad, lr, beta1, beta2, eps, weight_decay=0.0,
+                bias_correction1=1.0, bias_correction2=1.0, decoupled_weight_decay=False):
+    """One Adam / AdamW step, in place on param, m and v (see `core.kernels.adam_update`)."""
+    if weight_decay and not decoupled_weight_decay:
+        grad = grad + weight_decay * param
+    m *= beta1
+    m += (1.0 - beta1) * grad
+    v *= beta2
+    v += (1.0 - beta2) * np.square(grad)
+    if weight_decay and decoupled_weight_decay:
+        param *= 1.0 - lr * weight_decay
+    denom = np.sqrt(v / bias_correction2) + eps
+    param -= (lr / bias_correction1) * m / denom
+    return param

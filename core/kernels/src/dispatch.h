@@ -1,0 +1,66 @@
+// Shared helpers of the kernel extensions: dtype dispatch over numpy arrays and OpenMP shims.
+// Each kernel is a template on the value type T (float / double) and the index type I
+// (int32_t / int64_t); the Python wrappers in core/kernels/__init__.py validate shapes and index
+// ranges before calling, so kernels only check what they need for memory safety.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace py = pybind11;
+
+namespace mstrain {
+
+// Below this many elements a parallel region costs more than it saves (measured on 2 cores).
+constexpr int64_t kParallelGrain = 1 << 16;
+
+inline bool is_float(const py::array& a, int bytes) {
+    return a.dtype().kind() == 'f' && a.itemsize() == bytes;
+}
+
+inline bool is_int(const py::array& a, int bytes) {
+    return a.dtype().kind() == 'i' && a.itemsize() == bytes;
+}
+
+inline void require_contiguous(const py::array& a, const char* name) {
+    if (!(a.flags() & py::array::c_style)) {
+        throw std::invalid_argument(std::string(name) + " must be C-contiguous");
+    }
+}
+
+// Calls fn(T{}) with T = float or double matching `a`'s dtype.
+template <typename Fn>
+auto with_float(const py::array& a, Fn&& fn) {
+    if (is_float(a, 4)) return fn(float{});
+    if (is_float(a, 8)) return fn(double{});
+    throw py::type_error("expected a float32 or float64 array, got dtype " +
+                         std::string(py::str(a.dtype())));
+}
+
+// Calls fn(I{}) with I = int32_t or int64_t matching `a`'s dtype.
+template <typename Fn>
+auto with_index(const py::array& a, Fn&& fn) {
+    if (is_int(a, 4)) return fn(int32_t{});
+    if (is_int(a, 8)) return fn(int64_t{});
+    throw py::type_error("expected an int32 or int64 index array, got dtype " +
+                         std::string(py::str(a.dtype())));
+}
+
+template <typename T>
+void require_dtype(const py::array& a, const char* name) {
+    if (!py::isinstance<py::array_t<T>>(a)) {
+        throw py::type_error(std::string(name) + " has dtype " + std::string(py::str(a.dtype())) +
+                             ", which differs from the other operands");
+    }
+    require_contiguous(a, name);
+}
+
+}  // namespace mstrain

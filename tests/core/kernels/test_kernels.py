@@ -1,0 +1,246 @@
+"""Every kernel, on both paths (C++ when built, numpy reference), against a plain-loop definition."""
+import numpy as np
+import pytest
+
+from core import kernels
+from core.errors import ShapeError
+
+KERNEL_NAMES = ["scatter_add_rows", "segment_sum", "segment_max", "segment_softmax", "spmm_csr",
+                "adam_update"]
+
+
+@pytest.fixture(params=["native", "numpy"])
+def path(request, monkeypatch):
+    """Runs the test once through the C++ kernels (skipped when not built) and once through numpy."""
+    if request.param == "numpy":
+        monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "1")
+        assert not any(kernels.available(name) for name in KERNEL_NAMES)
+    else:
+        monkeypatch.delenv("MSTRAIN_DISABLE_KERNELS", raising=False)
+        if not all(kernels.available(name) for name in KERNEL_NAMES):
+            pytest.skip("C++ kernels are not built (pip install -e . builds them)")
+        for name in KERNEL_NAMES:  # prove the native path runs: the numpy one would now fail
+            monkeypatch.setattr(kernels.reference, name, _must_not_run)
+    return request.param
+
+
+@pytest.fixture(params=["0", "1"])
+def either_path(request, monkeypatch):
+    """MSTRAIN_DISABLE_KERNELS off and on, for inputs where the wrapper itself may pick numpy."""
+    monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", request.param)
+
+
+def _must_not_run(*args, **kwargs):
+    raise AssertionError("numpy fallback used although the C++ kernel is available")
+
+
+def _tol(dtype):
+    return dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+
+
+# -- plain-loop definitions ------------------------------------------------------------------------
+def _loop_segment(data, ids, segments, combine, empty):
+    out = [None] * segments
+    for row, s in zip(data, ids):
+        out[s] = row.copy() if out[s] is None else combine(out[s], row)
+    blank = np.full(data.shape[1:], empty, dtype=data.dtype)
+    return np.stack([blank if o is None else o for o in out]) if segments else \
+        np.zeros((0,) + data.shape[1:], data.dtype)
+
+
+def _loop_softmax(scores, ids, segments):
+    out = np.empty_like(scores)
+    for s in range(segments):
+        members = np.flatnonzero(ids == s)
+        if members.size:
+            e = np.exp(scores[members] - scores[members].max(axis=0))
+            out[members] = e / e.sum(axis=0)
+    return out
+
+
+def _dense_from_csr(indptr, indices, values, n_cols):
+    a = np.zeros((len(indptr) - 1, n_cols))
+    for r in range(len(indptr) - 1):
+        for k in range(indptr[r], indptr[r + 1]):
+            a[r, indices[k]] += values[k]
+    return a
+
+
+def _random_csr(rng, rows, cols, density, index_dtype):
+    mask = rng.random((rows, cols)) < density
+    indptr = np.concatenate([[0], np.cumsum(mask.sum(axis=1))]).astype(index_dtype)
+    indices = np.nonzero(mask)[1].astype(index_dtype)
+    return indptr, indices, rng.standard_normal(indices.size)
+
+
+# -- scatter_add_rows ------------------------------------------------------------------------------
+SCATTER_CASES = [  # (rows of out, trailing shape, number of indices)
+    (7, (5,), 13), (1, (3,), 9), (4, (), 11), (6, (2, 3), 5), (5, (4,), 0), (301, (129,), 997),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("rows,trailing,count", SCATTER_CASES)
+def test_scatter_add_rows_accumulates_repeated_rows(path, dtype, index_dtype, rows, trailing, count):
+    rng = np.random.default_rng(rows * 31 + count)
+    out = rng.standard_normal((rows,) + trailing).astype(dtype)
+    index = rng.integers(0, rows, count).astype(index_dtype)
+    src = rng.standard_normal((count,) + trailing).astype(dtype)
+    expected = out.astype(np.float64)
+    for i, r in enumerate(index):
+        expected[r] += src[i]
+    result = kernels.scatter_add_rows(out, index, src)
+    assert result is out
+    np.testing.assert_allclose(out, expected, **_tol(dtype))
+
+
+def test_scatter_add_rows_non_contiguous_out_is_updated_in_place(either_path):
+    base = np.zeros((6, 8))
+    view = base[:, ::2]  # (6, 4), strided
+    kernels.scatter_add_rows(view, [1, 1, 5], np.ones((3, 4)))
+    assert base[1, ::2].tolist() == [2.0] * 4 and base[5, ::2].tolist() == [1.0] * 4
+    assert base[:, 1::2].sum() == 0 and base[0].sum() == 0
+
+
+def test_scatter_add_rows_rejects_bad_input(path):
+    out = np.zeros((3, 2))
+    with pytest.raises(IndexError, match="outside \\[0, 3\\)"):
+        kernels.scatter_add_rows(out, [0, 3], np.ones((2, 2)))
+    with pytest.raises(IndexError):
+        kernels.scatter_add_rows(out, [-1], np.ones((1, 2)))
+    with pytest.raises(ShapeError, match="src shape"):
+        kernels.scatter_add_rows(out, [0, 1], np.ones((2, 3)))
+    with pytest.raises(TypeError):
+        kernels.scatter_add_rows([[0.0, 0.0]], [0], np.ones((1, 2)))
+
+
+# -- segment_sum / segment_max ---------------------------------------------------------------------
+SEGMENT_CASES = [(13, (5,), 4), (9, (), 7), (1, (3,), 1), (0, (3,), 4), (0, (2,), 0), (11, (2, 3), 20),
+                 (1500, (33,), 101)]
+
+
+def _segment_inputs(dtype, index_dtype, count, trailing, segments):
+    rng = np.random.default_rng(count * 7 + segments)
+    data = rng.standard_normal((count,) + trailing).astype(dtype)
+    ids = rng.integers(0, max(segments, 1), count).astype(index_dtype)
+    return data, ids
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("count,trailing,segments", SEGMENT_CASES)
+def test_segment_sum_and_max_match_loops(path, dtype, index_dtype, count, trailing, segments):
+    data, ids = _segment_inputs(dtype, index_dtype, count, trailing, segments)
+    summed = kernels.segment_sum(data, ids, segments)
+    assert summed.shape == (segments,) + trailing and summed.dtype == dtype
+    np.testing.assert_allclose(summed, _loop_segment(data, ids, segments, np.add, 0.0), **_tol(dtype))
+    largest = kernels.segment_max(data, ids, segments, empty_value=-7.0)
+    assert largest.shape == (segments,) + trailing and largest.dtype == dtype
+    np.testing.assert_array_equal(largest, _loop_segment(data, ids, segments, np.maximum, -7.0))
+
+
+def test_segment_max_propagates_nan_and_keeps_infinities(path):
+    data = np.array([[1.0, -np.inf], [np.nan, -np.inf], [3.0, 2.0]])
+    out = kernels.segment_max(data, [0, 0, 1], 3)
+    assert np.isnan(out[0, 0]) and out[0, 1] == -np.inf
+    assert out[1].tolist() == [3.0, 2.0] and out[2].tolist() == [0.0, 0.0]
+
+
+def test_segment_reductions_reject_bad_ids(path):
+    with pytest.raises(ShapeError, match="segment_ids has 2 entries but data has 3 rows"):
+        kernels.segment_sum(np.ones((3, 2)), [0, 1], 2)
+    with pytest.raises(IndexError, match="outside \\[0, 2\\)"):
+        kernels.segment_max(np.ones((2, 2)), [0, 2], 2)
+    with pytest.raises(ShapeError, match="1-D integer"):
+        kernels.segment_sum(np.ones((2, 2)), [0.5, 1.0], 2)
+
+
+# -- segment_softmax -------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("count,heads,segments", [(17, None, 5), (23, 3, 9), (0, 2, 3), (1, None, 1),
+                                                  (4201, 8, 301)])
+def test_segment_softmax_matches_loop_and_sums_to_one(path, dtype, index_dtype, count, heads, segments):
+    trailing = () if heads is None else (heads,)
+    data, ids = _segment_inputs(dtype, index_dtype, count, trailing, segments)
+    data *= 30  # large scores: only the max-shifted form stays finite
+    out = kernels.segment_softmax(data, ids, segments)
+    assert out.shape == data.shape and out.dtype == dtype
+    np.testing.assert_allclose(out, _loop_softmax(data, ids, segments), **_tol(dtype))
+    present = np.unique(ids)
+    np.testing.assert_allclose(kernels.segment_sum(out, ids, segments)[present], 1.0, rtol=1e-5)
+
+
+# -- spmm_csr --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("rows,cols,width,density", [(7, 5, 3, 0.4), (1, 1, 1, 1.0), (9, 4, 6, 0.0),
+                                                     (0, 3, 2, 0.5), (13, 11, 1, 0.3), (257, 190, 67, 0.1)])
+def test_spmm_csr_matches_dense_product(path, dtype, index_dtype, rows, cols, width, density):
+    rng = np.random.default_rng(rows + cols * 3)
+    indptr, indices, values = _random_csr(rng, rows, cols, density, index_dtype)
+    dense = rng.standard_normal((cols, width)).astype(dtype)
+    out = kernels.spmm_csr(indptr, indices, values, dense)
+    assert out.shape == (rows, width) and out.dtype == dtype
+    expected = _dense_from_csr(indptr, indices, values.astype(dtype), cols) @ dense.astype(np.float64)
+    np.testing.assert_allclose(out, expected, **_tol(dtype))
+
+
+def test_spmm_csr_repeated_columns_vector_and_errors(path):
+    indptr, indices, values = [0, 3, 3, 4], [1, 1, 0, 2], [1.0, 2.0, 3.0, 4.0]
+    vector = np.array([10.0, 20.0, 30.0])
+    np.testing.assert_allclose(kernels.spmm_csr(indptr, indices, values, vector), [3 * 20 + 3 * 10, 0, 120])
+    mixed = kernels.spmm_csr(np.array(indptr, np.int32), np.array(indices, np.int64), values, vector[:, None])
+    np.testing.assert_allclose(mixed[:, 0], [90, 0, 120])
+    with pytest.raises(IndexError, match="outside \\[0, 2\\)"):
+        kernels.spmm_csr(indptr, indices, values, np.ones((2, 2)))
+    with pytest.raises(ShapeError, match="indptr must rise"):
+        kernels.spmm_csr([0, 2], [0], [1.0], np.ones((2, 2)))
+
+
+# -- adam_update -----------------------------------------------------------------------------------
+def _adam_by_formula(p, m, v, g, lr, b1, b2, eps, wd, bc1, bc2, decoupled):
+    p, m, v, g = (a.astype(np.float64) for a in (p, m, v, g))
+    if not decoupled:
+        g = g + wd * p
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    if decoupled:
+        p = p - lr * wd * p
+    return p - lr * (m / bc1) / (np.sqrt(v / bc2) + eps), m, v
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (0,), (129, 257)])
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_adam_update_matches_formula_over_steps(path, dtype, shape, decoupled):
+    rng = np.random.default_rng(sum(shape) + decoupled)
+    p = rng.standard_normal(shape).astype(dtype)
+    m, v = np.zeros_like(p), np.zeros_like(p)
+    ref = (p.copy(), m.copy(), v.copy())
+    lr, b1, b2, eps, wd = 1e-2, 0.9, 0.95, 1e-8, 0.1
+    for step in range(1, 4):
+        g = rng.standard_normal(shape).astype(dtype)
+        bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
+        kernels.adam_update(p, m, v, g, lr, b1, b2, eps, wd, bc1, bc2, decoupled_weight_decay=decoupled)
+        ref = _adam_by_formula(*ref, g, lr, b1, b2, eps, wd, bc1, bc2, decoupled)
+    for got, want in zip((p, m, v), ref):
+        np.testing.assert_allclose(got, want, **_tol(dtype))
+
+
+def test_adamw_update_is_decoupled_adam(path):
+    p1, p2 = np.array([1.0, -2.0]), np.array([1.0, -2.0])
+    states = [np.zeros(2) for _ in range(4)]
+    kernels.adamw_update(p1, states[0], states[1], np.array([0.5, 0.5]), 0.1, weight_decay=0.5)
+    kernels.adam_update(p2, states[2], states[3], np.array([0.5, 0.5]), 0.1, weight_decay=0.5,
+                        decoupled_weight_decay=True)
+    np.testing.assert_array_equal(p1, p2)
+    with pytest.raises(ShapeError, match="m is float32"):
+        kernels.adam_update(np.zeros(2), np.zeros(2, np.float32), np.zeros(2), np.zeros(2), 0.1)
+
+
+def test_unsupported_dtype_uses_numpy_path(either_path):
+    data = np.arange(6, dtype=np.int64).reshape(3, 2)
+    np.testing.assert_array_equal(kernels.segment_sum(data, [1, 1, 0], 2), [[4, 5], [2, 4]])
+    np.testing.assert_array_equal(kernels.segment_max(data, [1, 1, 0], 3), [[4, 5], [2, 3], [0, 0]])
