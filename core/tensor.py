@@ -199,8 +199,11 @@ class Parameter(Tensor):
 
     def __init__(self, default_input, name=None, requires_grad=True, parallel_optimizer=True):
         super().__init__(default_input)
-        if not self._data.flags.writeable or not self._data.flags.owndata:
-            self._data = self._data.copy()  # a Parameter owns its storage: optimizers update it in place
+        data = self._data
+        if not (data.flags.writeable and data.flags.owndata and data.flags.c_contiguous):
+            # A Parameter owns C-ordered storage: optimizers update it in place, and a strided
+            # (e.g. transposed) buffer makes every in-place update several times slower.
+            self._data = np.array(data, order="C", copy=True)
         self.name = name if name is not None else f"Parameter{next(_names)}"
         self.requires_grad = requires_grad
         self.parallel_optimizer = parallel_optimizer
@@ -215,7 +218,7 @@ class Parameter(Tensor):
     def set_data(self, data):
         """Replace the value (the shape may change, e.g. when loading a resharded checkpoint)."""
         array = _to_array(data, None)
-        self._data = array.astype(self._data.dtype, copy=True)
+        self._data = np.array(array, dtype=self._data.dtype, order="C", copy=True)
         return self
 
     def clone(self, name=None):

@@ -16,6 +16,10 @@ def resolve_shards(num_shards, shard_id):
     if num_shards is None and shard_id is None:
         if not config.get_auto_shard():
             return 1, 0
+        from ..parallel.context import data_shard  # model-parallel peers read the same shard
+        parallel = data_shard()
+        if parallel is not None:
+            return parallel
         rank, size = config.mpi_rank_and_size()
         return size, rank
     if num_shards is None or shard_id is None:

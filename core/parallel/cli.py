@@ -1,0 +1,127 @@
+"""`mstrain plan` and `mstrain ckpt`: the parallel layout search and checkpoint resharding, offline.
+
+    mstrain plan --config configs/gpt.yaml -n 64 [--memory-limit-gb 16] [--json]
+    mstrain ckpt merge --dir CKPT_DIR --output full.ckpt [--strategy CKPT_DIR/strategy.json]
+    mstrain ckpt transform --src-dir CKPT_DIR [--src-strategy A] --dst-strategy B --dst-dir OUT_DIR
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError, UserError
+
+def main(argv):
+    """Entry of the `plan` and `ckpt` verbs; returns the exit code."""
+    argv = list(argv)
+    if not argv or argv[0] not in ("plan", "ckpt"):
+        raise UserError("core.parallel.cli: expected 'plan' or 'ckpt'")
+    try:
+        return _plan(argv[1:]) if argv[0] == "plan" else _ckpt(argv[1:])
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0)
+
+
+# ---- plan ------------------------------------------------------------------------------------------
+
+def _plan_parser():
+    p = argparse.ArgumentParser(prog="mstrain plan", description="Choose the data x model x pipeline layout, "
+                                "micro-batches, recompute and operator strategies for a transformer config "
+                                "on N ranks, without launching them.")
+    p.add_argument("--config", "-c", required=True, help="the job's YAML config (its model: and parallel: sections)")
+    p.add_argument("-n", "--ranks", type=int, required=True, help="number of ranks to plan for")
+    p.add_argument("--global-batch-size", type=int, default=None,
+                   help="sequences per step over all ranks (default: train.batch_size x n, i.e. the config's "
+                        "per-rank batch under pure data parallelism)")
+    p.add_argument("--memory-limit-gb", type=float, default=None, help="per-rank memory limit (default: "
+                   "parallel.memory_limit_gb, else 16)")
+    p.add_argument("--flops", type=float, default=None, help="sustained FLOP/s of one rank")
+    p.add_argument("--bandwidth", type=float, default=None, help="bytes/s of one link in a collective")
+    p.add_argument("--latency", type=float, default=None, help="seconds per collective step")
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    return p
+
+
+def _load_yaml(path):
+    import yaml
+    text = Path(path).read_text()
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML ({exc})", source=str(path)) from None
+    if not isinstance(doc, dict):
+        raise ConfigError("the top level must be a mapping", source=str(path))
+    return doc
+
+
+def _spec_from_config(doc, path, n, global_batch):
+    from .config import model_value, transformer_spec
+    model = doc.get("model") or {}
+    for key in ("num_layers", "hidden_size", "num_heads", "vocab_size"):
+        if model_value(model, key)[0] is None:
+            raise ConfigError(f"model.{key} (or a kit spelling of it) is needed to plan a transformer",
+                              source=str(path), key=f"model.{key}")
+    if global_batch is None:
+        per_rank = (doc.get("train") or {}).get("batch_size") or model.get("batch_size") or 1
+        global_batch = int(per_rank) * n
+    spec = transformer_spec(model, global_batch)
+    if spec is None:
+        raise ConfigError("model.seq_length (or block_size) is needed to plan a transformer", source=str(path),
+                          key="model.seq_length")
+    return spec
+
+
+def _plan(argv):
+    from .cost_model import Hardware
+    from .search import format_plan, plan_json, search
+    args = _plan_parser().parse_args(argv)
+    if args.ranks < 1:
+        raise ConfigError(f"-n must be a positive number of ranks, got {args.ranks}")
+    doc = _load_yaml(args.config)
+    spec = _spec_from_config(doc, args.config, args.ranks, args.global_batch_size)
+    limit_gb = args.memory_limit_gb
+    if limit_gb is None:
+        limit_gb = (doc.get("parallel") or {}).get("memory_limit_gb") or 16.0
+    defaults = Hardware()
+    hw = Hardware(flops=args.flops or defaults.flops, bandwidth=args.bandwidth or defaults.bandwidth,
+                  latency=args.latency or defaults.latency, memory=float(limit_gb) * 2 ** 30)
+    best, evaluated, seconds = search(spec, args.ranks, hw)
+    if args.json:
+        print(json.dumps(plan_json(best, spec, args.ranks, seconds), sort_keys=True))
+    else:
+        print(format_plan(spec, args.ranks, best, evaluated, seconds, hw.memory))
+    return 0
+
+
+# ---- ckpt ------------------------------------------------------------------------------------------
+
+def _ckpt_parser():
+    p = argparse.ArgumentParser(prog="mstrain ckpt", description="Merge or reshard distributed checkpoints "
+                                "(a directory of rank_<r>.ckpt files and their strategy.json).")
+    sub = p.add_subparsers(dest="command", required=True)
+    merge = sub.add_parser("merge", help="write one full checkpoint")
+    merge.add_argument("--dir", required=True, help="the distributed checkpoint directory")
+    merge.add_argument("--output", required=True, help="the full checkpoint to write")
+    merge.add_argument("--strategy", default=None, help="strategy file (default: DIR/strategy.json)")
+    transform = sub.add_parser("transform", help="reshard for another layout")
+    transform.add_argument("--src-dir", required=True, help="the distributed checkpoint directory")
+    transform.add_argument("--src-strategy", default=None, help="its strategy file (default: SRC_DIR/strategy.json)")
+    transform.add_argument("--dst-strategy", required=True, help="the strategy file of the target layout")
+    transform.add_argument("--dst-dir", required=True, help="where to write the resharded rank files")
+    return p
+
+
+def _ckpt(argv):
+    from .checkpoint import merge_checkpoints, transform_checkpoints
+    args = _ckpt_parser().parse_args(argv)
+    if args.command == "merge":
+        path = merge_checkpoints(args.dir, args.output, args.strategy)
+        print(f"merged {args.dir} into {path}")
+    else:
+        out = transform_checkpoints(args.src_dir, args.dst_dir, args.dst_strategy, args.src_strategy)
+        print(f"resharded {args.src_dir} for {args.dst_strategy} into {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,180 @@
+"""Data-parallel gradient all-reduce in buckets, overlapped with the backward pass.
+
+Parameters are packed, last layer first (the order backward finishes them), into buckets of
+about `bucket_size_mb`. During backward an autograd hook copies each gradient into its bucket's
+flat buffer the moment it is complete; a full bucket starts a non-blocking `Iallreduce` while
+backward carries on with the earlier layers. `reducer(grads)` then waits for the buckets and
+hands back views of the reduced buffers (divided by the degree when `mean`). Gradients that
+did not pass the hook (a plain call without backward, or grads changed after backward) are
+packed and reduced in the call itself, so the result never depends on the overlap.
+"""
+import weakref
+
+import numpy as np
+
+from .. import autograd as _autograd
+from ..communication import get_group, iall_reduce
+from ..tensor import Tensor
+from .context import data_parallel_group, get_auto_parallel_context
+from .spmd.interpreter import gradient_is_complete
+
+
+class _Bucket:
+    __slots__ = ("indices", "offsets", "dtype", "size", "buffer", "filled", "handle", "seen")
+
+    def __init__(self, dtype):
+        self.indices, self.offsets, self.dtype, self.size = [], [], np.dtype(dtype), 0
+        self.clear()
+
+    def add(self, index, numel):
+        self.indices.append(index)
+        self.offsets.append(self.size)
+        self.size += numel
+
+    def clear(self):
+        self.buffer, self.filled, self.handle, self.seen = None, 0, None, {}
+
+    def finish_pending(self):
+        if self.handle is not None:
+            self.handle.wait()  # a collective once started must complete on every rank
+        self.clear()
+
+
+class DistributedGradReducer:
+    """All-reduce a tuple of gradients over the data-parallel group.
+
+    >>> reducer = DistributedGradReducer(net.trainable_params(), mean=True)   # doctest: +SKIP
+    >>> grads = reducer(grads)                                                 # doctest: +SKIP
+
+    `group`: the Group to reduce over (default: the context's data-parallel group: the world
+    under data_parallel, `parallel_groups().data` when model or pipeline parallelism also splits
+    the ranks). `degree`: the divisor when `mean` (default:
+    the group size). `overlap`: start each bucket during backward (default True).
+    """
+
+    def __init__(self, parameters, mean=True, degree=None, fusion_type=1, group=None,
+                 bucket_size_mb=None, overlap=True):
+        self.group = get_group(group) if group is not None else data_parallel_group()
+        self.mean = bool(mean)
+        self.degree = int(degree) if degree else self.group.size
+        self.parameters = list(parameters)
+        if bucket_size_mb is None:
+            bucket_size_mb = get_auto_parallel_context("grad_bucket_size_mb")
+        self.bucket_bytes = max(1, int(float(bucket_size_mb) * (1 << 20)))
+        self._shapes = [tuple(p.shape) for p in self.parameters]
+        self._position = {id(p): i for i, p in enumerate(self.parameters)}
+        self._complete = (False,) * len(self.parameters)
+        self._plan(range(len(self.parameters)))
+        self.bytes_reduced = 0  # payload bytes all-reduced by the last call (for benchmarks)
+        self.overlapped_buckets = 0  # buckets the last call found already started during backward
+        self._hook = None
+        if overlap and self.group.size > 1:
+            self._hook = _weak_hook(self)
+            _autograd.grad_ready_hooks.append(self._hook)
+
+    def _plan(self, indices):
+        self.buckets = self._plan_buckets(indices)
+        self._bucket_of = {i: (b, k) for b in self.buckets for k, i in enumerate(b.indices)}
+
+    def _refresh_complete(self):
+        """Parameters run by the semi-auto interpreter already have full gradients: leave them out."""
+        complete = tuple(gradient_is_complete(p) for p in self.parameters)
+        if complete != self._complete:
+            for bucket in self.buckets:
+                bucket.finish_pending()
+            self._complete = complete
+            self._plan([i for i, done in enumerate(complete) if not done])
+
+    def _plan_buckets(self, indices):
+        buckets, current = [], None
+        for i in reversed(list(indices)):
+            p = self.parameters[i]
+            numel, dtype = int(np.prod(self._shapes[i], dtype=np.int64)), p.dtype
+            full = current is not None and (current.size + numel) * dtype.itemsize > self.bucket_bytes
+            if current is None or current.dtype != dtype or (full and current.size):
+                current = _Bucket(dtype)
+                buckets.append(current)
+            current.add(i, numel)
+        return buckets
+
+    # -- during backward -------------------------------------------------------------------------
+    def _on_grad_ready(self, target, grad):
+        index = self._position.get(id(target))
+        if index is None or target is not self.parameters[index] or index not in self._bucket_of:
+            return
+        bucket, k = self._bucket_of[index]
+        if index in bucket.seen:  # a new backward began before the last result was collected
+            bucket.finish_pending()
+        self._pack(bucket, k, grad)
+        bucket.seen[index] = grad
+        bucket.filled += 1
+        if bucket.filled == len(bucket.indices):
+            bucket.handle = iall_reduce(bucket.buffer, self.group, "sum", inplace=True)
+        for other in self.buckets:  # MPI progresses non-blocking collectives only when polled
+            if other.handle is not None:
+                other.handle.is_completed()
+
+    def _pack(self, bucket, k, grad):
+        if bucket.buffer is None:
+            bucket.buffer = np.empty(bucket.size, bucket.dtype)
+        index, offset = bucket.indices[k], bucket.offsets[k]
+        data = grad._data if isinstance(grad, Tensor) else np.asarray(grad)
+        numel = data.size
+        if numel != int(np.prod(self._shapes[index], dtype=np.int64)):
+            raise ValueError(f"gradient for parameter {self.parameters[index].name!r} has shape {data.shape}, "
+                             f"expected {self._shapes[index]}")
+        np.copyto(bucket.buffer[offset:offset + numel], data.reshape(-1), casting="same_kind")
+
+    # -- after backward --------------------------------------------------------------------------
+    def __call__(self, grads):
+        grads = tuple(grads)
+        if len(grads) != len(self.parameters):
+            raise ValueError(f"DistributedGradReducer got {len(grads)} gradients for {len(self.parameters)} parameters")
+        if self.group.size == 1:
+            return tuple(g if isinstance(g, Tensor) else Tensor(g) for g in grads)
+        self._refresh_complete()
+        self.overlapped_buckets = 0
+        for bucket in self.buckets:
+            self._start(bucket, grads)
+        out = list(grads)
+        scale = 1.0 / self.degree if self.mean else None
+        for bucket in self.buckets:
+            flat = bucket.handle.wait()
+            if scale is not None:
+                np.multiply(flat, np.asarray(scale, flat.dtype), out=flat)
+            for index, offset in zip(bucket.indices, bucket.offsets):
+                numel = int(np.prod(self._shapes[index], dtype=np.int64))
+                out[index] = Tensor._wrap(flat[offset:offset + numel].reshape(self._shapes[index]))
+            bucket.clear()
+        self.bytes_reduced = sum(b.size * b.dtype.itemsize for b in self.buckets)
+        return tuple(out)
+
+    def _start(self, bucket, grads):
+        """Use the all-reduce started during backward when it saw exactly these grads; else start one."""
+        if bucket.handle is not None and all(bucket.seen.get(i) is grads[i] for i in bucket.indices):
+            self.overlapped_buckets += 1
+            return
+        bucket.finish_pending()
+        for k, index in enumerate(bucket.indices):
+            self._pack(bucket, k, grads[index])
+        bucket.handle = iall_reduce(bucket.buffer, self.group, "sum", inplace=True)
+
+    def close(self):
+        """Stop listening to backward (the reducer also detaches itself when garbage collected)."""
+        if self._hook is not None and self._hook in _autograd.grad_ready_hooks:
+            _autograd.grad_ready_hooks.remove(self._hook)
+        self._hook = None
+        for bucket in self.buckets:
+            bucket.finish_pending()
+
+
+def _weak_hook(reducer):
+    ref = weakref.ref(reducer)
+
+    def hook(target, grad):
+        live = ref()
+        if live is None:
+            _autograd.grad_ready_hooks.remove(hook)
+            return
+        live._on_grad_ready(target, grad)
+    return hook

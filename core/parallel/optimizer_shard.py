@@ -1,0 +1,231 @@
+"""Optimizer-state sharding over the data-parallel group (ZeRO stage 1; MindSpore's
+`enable_parallel_optimizer`).
+
+Every parameter is flattened, padded to a multiple of the group size N and cut into N chunks;
+rank r keeps chunk r of the parameter and of each optimizer state (moments, ...). A step:
+
+    grads --reduce-scatter (one Reduce_scatter_block per call)--> this rank's gradient chunks
+          --inner optimizer on the chunks--> updated parameter chunks
+          --all-gather--> every rank's full parameters
+
+so the optimizer state per rank is about 1/N of the unsharded one while the numbers equal
+the unsharded run (the update rules are elementwise). Parameters with
+`parallel_optimizer=False` stay whole and have their gradients all-reduced.
+"""
+import numpy as np
+
+from ..autograd import no_grad
+from ..common.parameter import ParameterTuple
+from ..communication import all_gather_array, all_reduce_array, get_group, reduce_scatter_array
+from ..errors import ParallelConfigError
+from ..nn.cell import Cell
+from ..tensor import Parameter, Tensor
+
+_NOT_ELEMENTWISE = ("LazyAdam", "Lamb", "LARS", "Adafactor")
+
+
+class _Shard:
+    """Where parameter i sits: numel, chunk length and offset of its chunk in the flat buffers."""
+    __slots__ = ("index", "shape", "numel", "chunk", "offset")
+
+    def __init__(self, index, shape, group_size, offset):
+        self.index, self.shape = index, tuple(shape)
+        self.numel = int(np.prod(self.shape, dtype=np.int64))
+        self.chunk = -(-self.numel // group_size)
+        self.offset = offset
+
+
+class ParallelOptimizer(Cell):
+    """Wrap a built optimizer so its state is sharded over `group` (default: the data-parallel group).
+
+    `parallel_opt(grads)` takes the *unreduced* gradients of `parallel_opt.parameters` (it does the
+    data-parallel reduction itself: do not also use a DistributedGradReducer), updates and returns True.
+    """
+
+    def __init__(self, optimizer, group=None, mean=True, degree=None):
+        super().__init__(auto_prefix=False)
+        name = type(optimizer).__name__
+        if name in _NOT_ELEMENTWISE:
+            raise ParallelConfigError(f"enable_parallel_optimizer: {name} updates whole rows or norms, so its "
+                                      f"state cannot be sharded elementwise; use Adam, AdamWeightDecay, "
+                                      f"AdamW, Momentum or SGD")
+        self.group = _data_group(group)
+        self.mean, self.degree = bool(mean), int(degree) if degree else self.group.size
+        self._full = tuple(optimizer.parameters)
+        self._shards, self._whole = self._plan()
+        self._clip_norm = self._take_clip(optimizer)
+        self.optimizer = optimizer
+        self._unsharded_state_bytes = _state_bytes(optimizer, self._full)
+        self._shard_optimizer_state(optimizer)
+
+    # -- planning --------------------------------------------------------------------------------
+    def _plan(self):
+        shards, whole, offset = [], [], 0
+        for i, p in enumerate(self._full):
+            if getattr(p, "parallel_optimizer", True) and self.group.size > 1:
+                shard = _Shard(i, p.shape, self.group.size, offset)
+                offset += shard.chunk
+                shards.append(shard)
+            else:
+                whole.append(i)
+        self._chunk_total = offset
+        return shards, whole
+
+    def _take_clip(self, optimizer):
+        clip = optimizer.grad_clip
+        if clip is None:
+            return None
+        norm = getattr(clip, "clip_norm", None)
+        if norm is None:
+            raise ParallelConfigError("enable_parallel_optimizer: grad_clip must be a max global norm "
+                                      "(a number or ClipByGlobalNorm) so it can be computed across shards")
+        optimizer.grad_clip = None  # clipped here, across the shards, before the inner update
+        return float(norm)
+
+    def _chunk_of(self, array, shard):
+        flat = np.zeros(shard.chunk * self.group.size, array.dtype)
+        flat[:shard.numel] = array.reshape(-1)
+        r = self.group.rank
+        return flat[r * shard.chunk:(r + 1) * shard.chunk].copy()
+
+    def _shard_optimizer_state(self, optimizer):
+        """Replace the inner optimizer's parameters and every per-parameter state by their chunks."""
+        sharded = {s.index: s for s in self._shards}
+        n = len(self._full)
+        working = [Parameter(self._chunk_of(p.asnumpy(), sharded[i]), name=p.name, requires_grad=False)
+                   if i in sharded else p for i, p in enumerate(self._full)]
+        # The working chunks are not registered: the network's full Parameters are the ones saved.
+        optimizer._forget("_parameters")
+        object.__setattr__(optimizer, "_parameters", ParameterTuple(working))
+        for attr, tup in list(optimizer._param_tuples.items()):
+            if len(tup) != n or any(tuple(t.shape) != tuple(p.shape) for t, p in zip(tup, self._full)):
+                continue
+            chunks = [Parameter(self._chunk_of(t.asnumpy(), sharded[i]), name=t.name, requires_grad=t.requires_grad)
+                      if i in sharded else t for i, t in enumerate(tup)]
+            for c in chunks:
+                c.parallel_optimizer = False
+            setattr(optimizer, attr, ParameterTuple(chunks))
+
+    # -- public face -----------------------------------------------------------------------------
+    @property
+    def parameters(self):
+        """The full Parameters the network uses (gradients come in this order)."""
+        return self._full
+
+    @property
+    def learning_rate(self):
+        return self.optimizer.learning_rate
+
+    @property
+    def global_step(self):
+        return self.optimizer.global_step
+
+    def get_lr(self):
+        return self.optimizer.get_lr()
+
+    def memory_report(self):
+        """Bytes of optimizer state on this rank, sharded and as it would be unsharded."""
+        local = _state_bytes(self.optimizer, self.optimizer.parameters)
+        return {"optimizer_state_bytes": local, "unsharded_optimizer_state_bytes": self._unsharded_state_bytes,
+                "ratio": local / max(self._unsharded_state_bytes, 1), "group_size": self.group.size}
+
+    def shard_layout(self):
+        """{parameter name: {"chunk", "numel", "shape", "group"}} for strategy files."""
+        return {self._full[s.index].name: {"chunk": s.chunk, "numel": s.numel, "shape": list(s.shape),
+                                           "group": list(self.group.ranks)} for s in self._shards}
+
+    def sync_from_parameters(self):
+        """Re-cut the working chunks from the full parameters (after loading a checkpoint)."""
+        for s in self._shards:
+            np.copyto(self.optimizer.parameters[s.index].asnumpy(), self._chunk_of(self._full[s.index].asnumpy(), s))
+
+    # -- the step --------------------------------------------------------------------------------
+    def __call__(self, gradients):
+        with no_grad():
+            return self.construct(gradients)
+
+    def construct(self, gradients):
+        grads = tuple(gradients)
+        if len(grads) != len(self._full):
+            raise ValueError(f"ParallelOptimizer: got {len(grads)} gradients for {len(self._full)} parameters")
+        local = self._reduce(grads)
+        if self._clip_norm is not None:
+            local = self._clip(local)
+        self.optimizer(local)
+        self._gather_parameters()
+        return True
+
+    def _reduce(self, grads):
+        """Reduce-scatter the sharded gradients, all-reduce the whole ones; mean over the degree."""
+        local = list(grads)
+        scale = 1.0 / self.degree if self.mean else 1.0
+        if self._shards:
+            n = self.group.size
+            dtype = np.result_type(*[grads[s.index]._data.dtype for s in self._shards])
+            send = np.zeros((n, self._chunk_total), dtype)
+            for s in self._shards:
+                padded = np.zeros(s.chunk * n, dtype)
+                padded[:s.numel] = grads[s.index]._data.reshape(-1)
+                send[:, s.offset:s.offset + s.chunk] = padded.reshape(n, s.chunk)
+            mine = reduce_scatter_array(send.reshape(-1), self.group)
+            mine *= np.asarray(scale, mine.dtype)
+            for s in self._shards:
+                local[s.index] = Tensor._wrap(mine[s.offset:s.offset + s.chunk])
+        for i in self._whole:
+            g = all_reduce_array(grads[i]._data, self.group) if self.group.size > 1 else grads[i]._data.copy()
+            local[i] = Tensor._wrap(g * np.asarray(scale, g.dtype))
+        return tuple(local)
+
+    def _clip(self, local):
+        sharded = {s.index for s in self._shards}
+        partial = sum(float(np.sum(np.square(local[i]._data, dtype=np.float64))) for i in sharded)
+        whole = sum(float(np.sum(np.square(local[i]._data, dtype=np.float64))) for i in self._whole)
+        total = all_reduce_array(np.array([partial]), self.group)[0] + whole
+        norm = np.sqrt(total)
+        factor = self._clip_norm / max(norm, self._clip_norm)
+        return tuple(Tensor._wrap(g._data * np.asarray(factor, g._data.dtype)) for g in local)
+
+    def _gather_parameters(self):
+        if not self._shards:
+            return
+        chunks = self.optimizer.parameters
+        dtype = np.result_type(*[self._full[s.index]._data.dtype for s in self._shards])
+        send = np.empty(self._chunk_total, dtype)
+        for s in self._shards:
+            send[s.offset:s.offset + s.chunk] = chunks[s.index]._data
+        gathered = all_gather_array(send, self.group).reshape(self.group.size, self._chunk_total)
+        for s in self._shards:
+            full = gathered[:, s.offset:s.offset + s.chunk].reshape(-1)[:s.numel]
+            np.copyto(self._full[s.index]._data, full.reshape(s.shape), casting="same_kind")
+
+
+def _state_bytes(optimizer, params):
+    """Bytes of the per-parameter state tuples (moments, accumulators) of an optimizer."""
+    n = len(params)
+    total = 0
+    for attr, tup in optimizer._param_tuples.items():
+        if attr == "_parameters" or len(tup) != n:
+            continue
+        total += sum(t.nbytes for t in tup)
+    return total
+
+
+def _data_group(group):
+    if group is not None:
+        return get_group(group)
+    from .context import data_parallel_group
+    return data_parallel_group()
+
+
+def wrap_optimizer(optimizer):
+    """`optimizer` sharded over the data-parallel group when the context enables the parallel
+    optimizer (and there is more than one replica), else `optimizer` itself."""
+    from .context import get_auto_parallel_context
+    if isinstance(optimizer, ParallelOptimizer) or not get_auto_parallel_context("enable_parallel_optimizer"):
+        return optimizer
+    if get_auto_parallel_context("parallel_mode") == "stand_alone":
+        return optimizer
+    group = _data_group(None)
+    if group.size <= 1:
+        return optimizer
+    return ParallelOptimizer(optimizer, group=group, mean=get_auto_parallel_context("gradients_mean"))
