@@ -71,7 +71,7 @@ class Primitive:
             inputs = inputs[:n]
         if self.attr_defaults:
             attrs = {**self.attr_defaults, **attrs}
-        return apply(self, *inputs, **attrs)
+        return _run(self, inputs, attrs)
 
     def __repr__(self):
         return f"Primitive({self.name})"
@@ -117,11 +117,14 @@ dispatch = _Dispatch()
 
 def apply(prim, *inputs, **attrs):
     """Run `prim` on `inputs` (Tensors or Python/numpy constants) and record it for autodiff."""
+    return _run(prim, inputs, attrs)
+
+
+def _run(prim, inputs, attrs):
     tracer = dispatch.tracer
     if tracer is not None:
         return tracer.apply(prim, inputs, attrs)
-    arrays = [x._data if isinstance(x, Tensor) else x for x in inputs]
-    out = prim.impl(*arrays, **attrs)
+    out = prim.impl(*[x._data if isinstance(x, Tensor) else x for x in inputs], **attrs)
     if prim.num_outputs == 1:
         result = Tensor._wrap(out)
     else:
