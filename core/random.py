@@ -19,6 +19,12 @@ import random as _py_random
 
 import numpy as np
 
+__all__ = [
+    "set_seed", "get_seed", "default_generator", "get_rng_state", "set_rng_state", "seeded_generator",
+    "fork", "fork_rng",
+]
+
+
 _MASK64 = (1 << 64) - 1
 _STATE_WORDS = 6
 

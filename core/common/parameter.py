@@ -3,6 +3,8 @@ import numpy as np
 
 from ..tensor import Parameter
 
+__all__ = ["ParameterTuple"]
+
 
 class ParameterTuple(tuple):
     """A tuple of `Parameter`s, as MindSpore's. A Cell attribute holding one registers every member.

@@ -164,13 +164,15 @@ def compose(path, overrides=()):
     return mapping, source, origins
 
 
-def resolve_path(path, what="dataset"):
+def resolve_path(path, what="dataset", key=None):
     """An existing file or directory named in a config: absolute, else relative to the current
-    directory, else to the repo root. Raises DatasetNotFoundError naming every place looked at."""
+    directory, else to the repo root. Raises DatasetNotFoundError naming the config `key` (when
+    given) and every place looked at."""
     given = Path(path).expanduser()
     candidates = [given] if given.is_absolute() else [Path.cwd() / given, repo_root() / given]
     for candidate in candidates:
         if candidate.exists():
             return candidate
     tried = " or ".join(str(c) for c in candidates)
-    raise DatasetNotFoundError(f"{what} not found: {path} (looked for {tried})")
+    where = f"{key}: " if key else ""
+    raise DatasetNotFoundError(f"{where}{what} not found: {path} (looked for {tried})")

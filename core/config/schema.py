@@ -62,7 +62,7 @@ class TrainConfig:
     sink_size: int = option(-1, "steps per sink; -1 = the whole dataset each epoch", low=-1)
     amp_level: str = option("O0", "mixed precision level (MindSpore amp_level)",
                             choices=("O0", "O1", "O2", "O3"))
-    log_every: int = option(100, "steps between loss log lines; 0 = per epoch only", low=0)
+    log_every: int = option(100, "steps between loss log lines; 0 = one progress line per epoch", low=0)
     eval_every: int = option(0, "epochs between evaluations on the test split; 0 = at the end only", low=0)
     checkpoint_every: int = option(0, "epochs between checkpoints in output_dir; 0 = none", low=0)
     resume: Optional[str] = option(None, "checkpoint file to resume training from")

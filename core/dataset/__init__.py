@@ -47,8 +47,18 @@ from .text import SequenceWindows
 from .sources import (GeneratorDataset, NumpySlicesDataset, SourceDataset, TextFileDataset,
                       create_source, register_source, registered_sources)
 
+
+
+def zip(datasets):  # noqa: A001  (MindSpore's name: mindspore.dataset.zip)
+    """Rows of a tuple of datasets side by side, as `datasets[0].zip(datasets[1:])`; column
+    names must not clash and the result is as long as the shortest."""
+    if not isinstance(datasets, (list, tuple)) or not datasets:
+        raise TypeError(f"ds.zip takes a non-empty tuple of datasets, got {type(datasets).__name__}")
+    return ZipDataset(list(datasets))
+
+
 __all__ = [
-    "Dataset", "SourceDataset", "NumpySlicesDataset", "GeneratorDataset", "TextFileDataset",
+    "zip", "Dataset", "SourceDataset", "NumpySlicesDataset", "GeneratorDataset", "TextFileDataset",
     "MindDataset",
     "TupleIterator", "DictIterator", "register_source", "create_source", "registered_sources",
     "config", "sampler", "MapDataset", "BatchDataset", "ShuffleDataset", "RepeatDataset",

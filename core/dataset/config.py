@@ -7,6 +7,12 @@ data-parallel sharding needs). Iterators capture the seed when they are created.
 """
 import os
 
+__all__ = [
+    "set_seed", "get_seed", "set_num_parallel_workers", "get_num_parallel_workers", "set_prefetch_size",
+    "get_prefetch_size", "set_auto_shard", "get_auto_shard", "mpi_rank_and_size",
+]
+
+
 _DEFAULT_SEED = 5489  # fixed so that unseeded ranks still agree on the shuffled order
 
 _settings = {
@@ -42,6 +48,7 @@ def set_num_parallel_workers(num):
 
 
 def get_num_parallel_workers():
+    """The default `num_parallel_workers` of map and filter."""
     return _settings["num_parallel_workers"]
 
 
@@ -53,6 +60,7 @@ def set_prefetch_size(size):
 
 
 def get_prefetch_size():
+    """How many finished rows an iterator's background thread keeps ready."""
     return _settings["prefetch_size"]
 
 
@@ -62,6 +70,7 @@ def set_auto_shard(enabled):
 
 
 def get_auto_shard():
+    """Whether sources shard by the MPI launcher's rank/size when num_shards is not given."""
     return _settings["auto_shard"]
 
 

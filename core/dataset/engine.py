@@ -11,6 +11,8 @@ import itertools
 
 import numpy as np
 
+__all__ = ["Dataset"]
+
 
 class Dataset(abc.ABC):
     """A node of a data pipeline. Chain operations (`map`, `batch`, `shuffle`, ...) to build one
@@ -72,9 +74,11 @@ class Dataset(abc.ABC):
         return _ops.MapDataset(self, operations, input_columns, output_columns,
                                num_parallel_workers, python_multiprocessing)
 
-    def batch(self, batch_size, drop_remainder=False, pad_info=None):
+    def batch(self, batch_size, drop_remainder=False, num_parallel_workers=None, pad_info=None):
         """Stack `batch_size` consecutive rows per column; `pad_info={'col': (shape, value)}` pads
-        that column to `shape` (None, or None entries: the largest in the batch) with `value`."""
+        that column to `shape` (None, or None entries: the largest in the batch) with `value`.
+        `num_parallel_workers` is accepted as in MindSpore; stacking is one numpy copy per column
+        and runs in the pipeline's own thread (use `map` workers for per-row work)."""
         return _ops.BatchDataset(self, batch_size, drop_remainder, pad_info)
 
     def shuffle(self, buffer_size):

@@ -7,6 +7,9 @@ import numpy as np
 from ..tensor import Tensor
 from . import config
 
+__all__ = ["TupleIterator", "DictIterator"]
+
+
 _STATE_KEYS = ("epoch", "index", "seed")
 
 

@@ -5,6 +5,8 @@ from ..errors import ShapeError
 from ..mindrecord.reader import RecordSet
 from .sources import SourceDataset, register_source
 
+__all__ = ["MindDataset"]
+
 
 class MindDataset(SourceDataset):
     """Rows of record files written by `core.mindrecord.FileWriter`.

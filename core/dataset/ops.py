@@ -11,6 +11,11 @@ from ._workers import ordered_map
 from .engine import Dataset
 from .sampler import pass_rng
 
+__all__ = [
+    "MapDataset", "stack_rows", "BatchDataset", "ShuffleDataset", "RepeatDataset", "TakeDataset",
+    "SkipDataset", "ProjectDataset", "RenameDataset", "ZipDataset", "ConcatDataset", "FilterDataset",
+]
+
 
 def _as_list(columns, what):
     if columns is None:

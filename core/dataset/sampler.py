@@ -10,6 +10,8 @@ import numpy as np
 
 from . import config
 
+__all__ = ["resolve_shards", "pass_rng", "shard_size", "pass_indices"]
+
 
 def resolve_shards(num_shards, shard_id):
     """Validated (num_shards, shard_id); both None means the MPI launcher's (size, rank)."""

@@ -16,6 +16,12 @@ from ._workers import ordered_map
 from .engine import Dataset
 from .sampler import pass_indices, resolve_shards, shard_size
 
+__all__ = [
+    "SourceDataset", "NumpySlicesDataset", "GeneratorDataset", "TextFileDataset", "register_source",
+    "create_source", "registered_sources",
+]
+
+
 _ROWS_PER_FETCH = 64  # rows fetched together when a source yields single rows
 
 
@@ -291,6 +297,7 @@ def create_source(name, **kwargs):
 
 
 def registered_sources():
+    """{name: source class} of every source registered with `register_source`."""
     return dict(_SOURCES)
 
 

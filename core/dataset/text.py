@@ -13,6 +13,8 @@ import numpy as np
 
 from ..errors import ConfigError, DatasetNotFoundError
 
+__all__ = ["CharTokenizer", "ByteLevelTokenizer", "SequenceWindows"]
+
 
 def _read_vocab(path, kind):
     if not os.path.isfile(path):

@@ -3,6 +3,8 @@ import numpy as np
 
 from ..dtype import as_dtype
 
+__all__ = ["TypeCast", "Compose", "OneHot"]
+
 
 class TypeCast:
     """Cast a column to `data_type` (a dtype or its name)."""

@@ -8,6 +8,8 @@ import numpy as np
 from ._rng import current_rng
 from .transforms import TypeCast  # noqa: F401  (MindSpore users find it here too)
 
+__all__ = ["Rescale", "Normalize", "HWC2CHW", "RandomCrop", "RandomHorizontalFlip", "Resize"]
+
 
 def _pair(size, what):
     pair = (size, size) if isinstance(size, int) else tuple(size)

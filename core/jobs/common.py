@@ -86,13 +86,17 @@ def build_optimizer(opt: OptimizerConfig, params, total_steps):
 
 
 def build_callbacks(train: TrainConfig, name, steps_per_epoch):
-    """Callbacks for Model.train: History always; LossMonitor/TimeMonitor when log_every > 0;
+    """Callbacks for Model.train: History always; LossMonitor/TimeMonitor when log_every > 0,
+    else (on rank 0) a ProgressBar: a live bar on a terminal, one plain line per epoch otherwise;
     ModelCheckpoint every checkpoint_every epochs into train.output_dir/<name>."""
-    from ..train.callback import History, LossMonitor, TimeMonitor
+    from ..log import is_main_process
+    from ..train.callback import History, LossMonitor, ProgressBar, TimeMonitor
 
     callbacks = [History()]
     if train.log_every:
         callbacks += [LossMonitor(per_print_times=train.log_every), TimeMonitor()]
+    elif is_main_process():  # print_every past the epoch's steps: off a terminal, only epoch ends print
+        callbacks.append(ProgressBar(print_every=max(steps_per_epoch, 0) + 1))
     if train.checkpoint_every:
         from ..train.callback import CheckpointConfig, ModelCheckpoint
         config = CheckpointConfig(save_checkpoint_steps=train.checkpoint_every * steps_per_epoch)

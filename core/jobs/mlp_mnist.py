@@ -21,6 +21,9 @@ from ..log import get_logger, is_main_process
 from ..registry import register_job
 from .common import build_callbacks, build_optimizer, prepare_run
 
+__all__ = ["MnistData", "MlpModel", "MlpMnistConfig", "load_mnist", "build_network", "run"]
+
+
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # of the 60k training pixels in [0, 1]
 IMAGE_SIZE, NUM_CLASSES = 28 * 28, 10
 
@@ -49,7 +52,7 @@ class MlpMnistConfig(JobConfig):
 
 def load_mnist(path, train_size, test_size):
     """((x_train, y_train), (x_test, y_test)): float32 (N, 784) standardised, int32 labels."""
-    file = resolve_path(path, "MNIST file")
+    file = resolve_path(path, "MNIST file", key="data.path")
     with np.load(file, allow_pickle=False) as archive:
         if "x" not in archive or "y" not in archive:
             raise DatasetNotFoundError(f"{file}: expected arrays 'x' and 'y', found {sorted(archive.files)}")

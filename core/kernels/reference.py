@@ -6,6 +6,8 @@ two. Inputs are assumed validated by `core.kernels` (dtypes, shapes, index range
 """
 import numpy as np
 
+__all__ = ["scatter_add_rows", "segment_sum", "segment_max", "spmm_csr", "segment_softmax", "adam_update"]
+
 
 def scatter_add_rows(out, index, src):
     """out[index[i]] += src[i] for every i (rows; repeated indices accumulate). In place, returns out."""

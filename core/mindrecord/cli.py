@@ -24,6 +24,9 @@ from ..errors import EXIT_USER_ERROR, DatasetNotFoundError, RecordFileError, Use
 from .reader import FileReader
 from .writer import FileWriter
 
+__all__ = ["main"]
+
+
 _ROWS_PER_WRITE = 10000
 _NUMPY_TYPES = {"int32", "int64", "float32", "float64", "uint8", "int8", "int16", "float16"}
 
@@ -57,6 +60,8 @@ def _parser():
 
 # -- sources -------------------------------------------------------------------------------------
 def _guess_kind(src):
+    if not os.path.exists(src):
+        raise DatasetNotFoundError(f"{src}: no such file or directory")
     if os.path.isdir(src):
         names = os.listdir(src)
         if any(n.endswith((".npy", ".npz")) for n in names):

@@ -22,6 +22,12 @@ import numpy as np
 
 from ..errors import RecordFileError
 
+__all__ = [
+    "MAGIC", "END_MAGIC", "TRAILER", "ALIGN", "ROW_ADDRESS_LIMIT", "FORMAT_VERSION", "NUMERIC_TYPES",
+    "TYPES", "aligned", "Field", "parse_schema", "encode_segment", "VarColumn", "decode_segment",
+]
+
+
 MAGIC = b"MSTREC01"
 END_MAGIC = b"MSRECEND"
 TRAILER = struct.Struct("<QQI8s")
@@ -33,6 +39,7 @@ TYPES = NUMERIC_TYPES + ("string", "bytes")
 
 
 def aligned(n):
+    """n rounded up to a multiple of ALIGN (64 bytes)."""
     return -(-n // ALIGN) * ALIGN
 
 

@@ -17,6 +17,8 @@ import numpy as np
 from ..errors import RecordFileError
 from .format import END_MAGIC, MAGIC, TRAILER, Field, decode_segment
 
+__all__ = ["ShardFile", "RecordSet", "FileReader"]
+
 
 class ShardFile:
     """One shard file: its footer, its page table, lazily verified and decoded pages."""
@@ -130,9 +132,10 @@ def _expand_files(file_name):
     first = ShardFile(file_name)
     folder = os.path.dirname(os.path.abspath(first.path))
     shards = []
-    for name in first.meta["shard_files"]:
+    for shard_id, name in enumerate(first.meta["shard_files"]):
         path = os.path.join(folder, name)
-        if os.path.abspath(path) == os.path.abspath(first.path):
+        # the named file is its own shard even when renamed or copied (never read the original)
+        if shard_id == first.meta["shard_id"] or os.path.abspath(path) == os.path.abspath(first.path):
             shards.append(first)
         elif not os.path.exists(path):
             raise RecordFileError(f"{path}: shard {len(shards)} of {first.path} is missing")
@@ -418,16 +421,6 @@ class FileReader:
     def lookup(self, field, value):
         """The rows (dicts) whose indexed `field` equals `value`."""
         return [self[int(i)] for i in self.find(field, value)]
-
-    def row_view(self, row_nbytes):
-        """The data region as a (bytes // row_nbytes, row_nbytes) uint8 array: row-addressable
-        fixed fields (see format.py) read any row as one row of it."""
-        view = self._row_views.get(row_nbytes)
-        if view is None:
-            count = self.meta_offset // row_nbytes
-            view = np.frombuffer(self._map, np.uint8, count=count * row_nbytes).reshape(count, row_nbytes)
-            self._row_views[row_nbytes] = view
-        return view
 
     def verify(self):
         """Check every page's checksum now; raises RecordFileError naming file and page."""

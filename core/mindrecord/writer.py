@@ -10,6 +10,9 @@ from ..errors import RecordFileError
 from .format import (ALIGN, END_MAGIC, FORMAT_VERSION, MAGIC, ROW_ADDRESS_LIMIT, TRAILER, aligned,
                      encode_segment, parse_schema)
 
+__all__ = ["DEFAULT_PAGE_SIZE", "shard_file_names", "FileWriter"]
+
+
 DEFAULT_PAGE_SIZE = 4 << 20
 
 
@@ -142,10 +145,11 @@ class FileWriter:
         return self._fields
 
     # -- writing -------------------------------------------------------------------------------
-    def write_raw_data(self, raw_data):
+    def write_raw_data(self, raw_data, parallel_writer=False):
         """Append rows (a list of dicts with every schema field). A row that does not fit the
         schema raises RecordFileError naming the row and the field; none of the call's rows
-        are kept then."""
+        are kept then. `parallel_writer` (MindSpore's multi-threaded encoding switch) is
+        accepted for compatibility: the rows are encoded in this thread, with the same result."""
         fields = self._require_schema()
         if isinstance(raw_data, dict):
             raw_data = [raw_data]

@@ -3,6 +3,11 @@ from ..errors import ConfigError
 from ..ops import functional as F
 from .cell import Cell
 
+__all__ = [
+    "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "ELU", "LeakyReLU", "SiLU", "Softplus",
+    "Identity", "Flatten", "get_activation",
+]
+
 
 class ReLU(Cell):
     """max(x, 0)."""

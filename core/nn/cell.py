@@ -22,6 +22,9 @@ from ..common.parameter import ParameterTuple
 from ..ops import functional as F
 from ..tensor import Parameter, Tensor
 
+__all__ = ["Cell"]
+
+
 _DEFAULT_NAME = re.compile(r"Parameter\d*")
 
 

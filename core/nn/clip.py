@@ -2,6 +2,8 @@
 from ..ops import functional as F
 from .cell import Cell
 
+__all__ = ["clip_by_global_norm", "ClipByGlobalNorm"]
+
 
 def clip_by_global_norm(grads, clip_norm=1.0):
     """Scale every gradient by clip_norm / max(global_norm, clip_norm), where global_norm is the

@@ -3,6 +3,8 @@ from collections import OrderedDict
 
 from .cell import Cell
 
+__all__ = ["SequentialCell", "CellList", "CellDict"]
+
 
 def _check_cell(cell, where):
     if not isinstance(cell, Cell):

@@ -12,6 +12,8 @@ from ._primitives import dense, dense_no_bias
 from .activation import get_activation
 from .cell import Cell
 
+__all__ = ["Dense", "Embedding", "LayerNorm", "Dropout"]
+
 
 class Dense(Cell):
     """Fully connected layer: `y = activation(x @ W^T + b)`, W of shape (out_channels, in_channels).

@@ -4,6 +4,12 @@ from ..ops import functional as F
 from ..tensor import Tensor
 from .cell import Cell
 
+__all__ = [
+    "LossBase", "SoftmaxCrossEntropyWithLogits", "BCEWithLogitsLoss", "MSELoss", "L1Loss", "SmoothL1Loss",
+    "NLLLoss", "CrossEntropyLoss",
+]
+
+
 _REDUCTIONS = ("mean", "sum", "none")
 
 

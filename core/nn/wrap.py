@@ -12,6 +12,12 @@ from ..ops import functional as F
 from ..tensor import Tensor
 from .cell import Cell
 
+__all__ = [
+    "WithLossCell", "WithEvalCell", "make_grad_reducer", "TrainOneStepCell",
+    "TrainOneStepWithLossScaleCell",
+]
+
+
 _REDUCED_MODES = ("data_parallel", "hybrid_parallel")
 _PLANNED_MODES = ("semi_auto_parallel", "auto_parallel")
 
@@ -89,11 +95,12 @@ class TrainOneStepCell(Cell):
 
     def __init__(self, network, optimizer, sens=None, return_grad=False):
         super().__init__(auto_prefix=False)
+        if importlib.util.find_spec("core.parallel") is not None:
+            from ..parallel import plan_train_network, wrap_optimizer
+            network = plan_train_network(network)  # semi/auto parallel: run the ops' .shard() strategies
+            optimizer = wrap_optimizer(optimizer)  # enable_parallel_optimizer: shard the optimizer state
         self.network = network
         self.network.set_grad()
-        if importlib.util.find_spec("core.parallel") is not None:
-            from ..parallel import wrap_optimizer  # enable_parallel_optimizer: shard the optimizer state
-            optimizer = wrap_optimizer(optimizer)
         self.optimizer = optimizer
         self.weights = optimizer.parameters
         self.sens = 1.0 if sens is None else float(sens)
@@ -154,8 +161,9 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
     def construct(self, *inputs):
         scale = self._fixed_scale if self.scale_sense is None else float(self.scale_sense.loss_scale)
         self._scale_now = scale
-        (_, loss), grads = self._grad_fn(*inputs)
-        with no_grad():
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is expected: detected below
+            (_, loss), grads = self._grad_fn(*inputs)
+        with no_grad(), np.errstate(over="ignore", invalid="ignore"):
             grads = tuple(F.mul(g, 1.0 / scale) for g in grads)
             grads = self.grad_reducer(grads)
             overflow = not _all_finite(grads)

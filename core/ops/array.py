@@ -9,6 +9,11 @@ from .math import add
 from .reduce import reshape_to
 from ..tensor import Tensor
 
+__all__ = [
+    "reshape", "transpose", "permute", "expand_dims", "squeeze", "flatten", "concat", "cat", "stack",
+    "split", "chunk", "scatter_into_zeros", "getitem", "slice", "tile", "add_n",
+]
+
 
 def reshape(x, shape):
     """Reshape; one entry may be -1."""
@@ -30,10 +35,12 @@ def _(ctx, g):
 
 
 def permute(x, *axes):
+    """Reorder the axes: `permute(x, 2, 0, 1)` or `permute(x, (2, 0, 1))` (PyTorch's name)."""
     return transpose(x, axes[0] if len(axes) == 1 else axes)
 
 
 def expand_dims(x, axis):
+    """x with a new axis of size 1 inserted at `axis` (negative counts from the end)."""
     shape = list(x.shape)
     axis = axis % (len(shape) + 1) if axis < 0 else axis
     shape.insert(axis, 1)
@@ -41,6 +48,7 @@ def expand_dims(x, axis):
 
 
 def squeeze(x, axis=None):
+    """x without its size-1 axes (all of them, or only `axis`: an int or a tuple)."""
     shape = x.shape
     if axis is None:
         new = tuple(n for n in shape if n != 1)
@@ -54,6 +62,7 @@ def squeeze(x, axis=None):
 
 
 def flatten(x, start_dim=1):
+    """x reshaped to `x.shape[:start_dim] + (-1,)` (by default (N, everything else))."""
     return reshape_to(x, x.shape[:start_dim] + (-1,))
 
 
@@ -70,6 +79,7 @@ def _(ctx, g):
 
 
 def concat(tensors, axis=0):
+    """Join a sequence of tensors along an existing `axis`."""
     return _concat(*tensors, axis=axis)
 
 
@@ -77,6 +87,7 @@ cat = concat
 
 
 def stack(tensors, axis=0):
+    """Join a sequence of same-shaped tensors along a new `axis`."""
     return concat([expand_dims(t, axis) for t in tensors], axis)
 
 
@@ -119,6 +130,7 @@ def split(x, split_size_or_sections, axis=0):
 
 
 def chunk(x, chunks, axis=0):
+    """Split x into `chunks` equal parts along `axis` (the size must divide evenly)."""
     n = x.shape[axis]
     if n % chunks:
         raise ValueError(f"chunk: axis {axis} of size {n} does not divide into {chunks} chunks")
@@ -157,6 +169,7 @@ scatter_into_zeros.defvjp(lambda ctx, g: _getitem(g, ctx.attrs["index"]))
 
 
 def getitem(x, index):
+    """x[index] with numpy indexing (ints, slices, None, Ellipsis, index arrays or Tensors)."""
     return _getitem(x, _static_index(index))
 
 
@@ -167,6 +180,7 @@ def slice(x, begin, size):  # noqa: A001  (MindSpore's ops.slice)
 
 
 def tile(x, reps):
+    """x repeated `reps[i]` times along each axis (numpy.tile)."""
     return _tile(x, tuple(reps))
 
 
@@ -191,6 +205,7 @@ def _(ctx, g):
 
 
 def add_n(tensors):
+    """The elementwise sum of a sequence of tensors."""
     total = tensors[0]
     for t in tensors[1:]:
         total = add(total, t)

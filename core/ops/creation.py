@@ -11,6 +11,12 @@ from .. import random as _random
 from ..tensor import Tensor
 from .primitive import defop
 
+__all__ = [
+    "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange", "eye", "linspace", "rand",
+    "randn", "standard_normal", "uniform", "normal", "randint", "multinomial", "categorical",
+]
+
+
 _DEFAULT_FLOAT = _dtype.float32
 
 
@@ -46,13 +52,22 @@ def _fill_like(x, value, dtype=None):
     return np.full(np.shape(x), value, dtype if dtype is not None else x.dtype)
 
 
+def _split_dtype(size, dtype):
+    """MindSpore's `ones(shape, dtype)` passes the dtype positionally, right after the shape."""
+    if len(size) == 2 and dtype is None and not isinstance(size[0], (int, np.integer)):
+        return size[:1], size[1]
+    return size, dtype
+
+
 def zeros(*size, dtype=None):
-    """A Tensor of zeros (float32 unless `dtype` is given)."""
+    """A Tensor of zeros (float32 unless `dtype` is given): zeros(2, 3), zeros((2, 3), ms.int32)."""
+    size, dtype = _split_dtype(size, dtype)
     return _fill(shape=_shape(size), value=0, dtype=_float_dtype(dtype))
 
 
 def ones(*size, dtype=None):
-    """A Tensor of ones (float32 unless `dtype` is given)."""
+    """A Tensor of ones (float32 unless `dtype` is given): ones(2, 3), ones((2, 3), ms.int32)."""
+    size, dtype = _split_dtype(size, dtype)
     return _fill(shape=_shape(size), value=1, dtype=_float_dtype(dtype))
 
 

@@ -3,7 +3,7 @@ from .math import (  # noqa: F401
     abs, add, bmm, broadcast_to, cast, cos, div, equal, exp, floor, floor_div, greater,
     greater_equal, identity, isfinite, less, less_equal, log, logical_and, logical_not, logical_or,
     matmul, maximum, minimum, mod, mul, neg, not_equal, pow, round, rsqrt, sign, sin, sqrt, square,
-    sub, sum_to, swapaxes, unbroadcast, where,
+    stop_gradient, sub, sum_to, swapaxes, unbroadcast, where,
 )
 from .reduce import argmax, argmin, logsumexp, max, mean, min, prod, reshape_to, sum  # noqa: F401
 from .array import (  # noqa: F401
@@ -28,3 +28,5 @@ from .numeric import (  # noqa: F401
     clip_by_global_norm, einsum, expm1, global_norm, log1p, log_sigmoid, masked_fill, norm, outer,
     reciprocal, std, var,
 )
+
+__all__ = sorted(name for name in dir() if not name.startswith("_"))

@@ -14,6 +14,14 @@ from .math import cast, div, equal, maximum, mul
 from .primitive import as_array, defop
 from .reduce import reshape_to
 
+__all__ = [
+    "gather_backward", "gather", "index_select", "embedding_lookup", "repeat_interleave", "scatter_add",
+    "gather_nd", "tensor_scatter_add", "take_along_axis_backward", "take_along_axis", "gather_elements",
+    "one_hot", "unsorted_segment_sum", "unsorted_segment_max", "unsorted_segment_min",
+    "unsorted_segment_mean", "segment_count", "topk", "sort", "argsort", "cumsum",
+]
+
+
 try:
     from .. import kernels as _kernels
 except ImportError:  # optional: numpy paths below are complete

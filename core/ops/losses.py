@@ -13,6 +13,8 @@ from .nn_ops import _into, _log_softmax_np, log_softmax, sigmoid, softmax
 from .primitive import defop
 from .reduce import sum as _sum
 
+__all__ = ["softmax_cross_entropy", "binary_cross_entropy_with_logits", "clip_by_value"]
+
 
 def _check_sparse_labels(logits, labels):
     if labels.shape != logits.shape[:-1]:

@@ -4,6 +4,14 @@ import numpy as np
 from .primitive import defop
 from ..tensor import Tensor
 
+__all__ = [
+    "unbroadcast", "sum_to", "broadcast_to", "identity", "stop_gradient", "add", "sub", "mul", "div",
+    "pow", "maximum", "minimum", "floor_div", "mod", "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sign",
+    "square", "sin", "cos", "floor", "round", "less", "less_equal", "greater", "greater_equal", "equal",
+    "not_equal", "logical_and", "logical_or", "logical_not", "isfinite", "where", "cast", "matmul",
+    "swapaxes", "bmm",
+]
+
 
 def _shape(x):
     return x.shape if isinstance(x, Tensor) else np.shape(x)
@@ -49,6 +57,13 @@ def identity(x):
 
 
 identity.defvjp(lambda ctx, g: g)
+
+
+@defop("stop_gradient", kind="view", differentiable=False)
+def stop_gradient(x):
+    """x itself, seen by autodiff as a constant: no gradient flows back through it (MindSpore's
+    `ops.stop_gradient`; e.g. fixed targets in a loss). A view: the result shares x's storage."""
+    return x
 
 
 # ---- binary arithmetic -------------------------------------------------------------------------

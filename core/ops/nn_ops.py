@@ -13,6 +13,14 @@ from .math import add, cast, div, exp, less_equal, mul, neg, square, sub, unbroa
 from .primitive import defop
 from .reduce import mean, sum as _sum
 
+__all__ = [
+    "relu", "relu_grad", "leaky_relu", "leaky_relu_grad", "elu", "elu_grad", "tanh", "tanh_grad",
+    "sigmoid", "sigmoid_grad", "softplus", "silu", "silu_grad", "erf", "gelu", "gelu_tanh",
+    "gelu_tanh_grad", "gelu_erf", "gelu_erf_grad", "softmax", "softmax_grad", "log_softmax", "layer_norm",
+    "layer_norm_normalize", "layer_norm_backward", "bernoulli_mask", "dropout",
+]
+
+
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_K = 0.044715
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)

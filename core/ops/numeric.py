@@ -7,6 +7,11 @@ from .nn_ops import softplus
 from .primitive import defop
 from .reduce import _keep, _norm_axes, max as _max, mean, reshape_to, sum as _sum
 
+__all__ = [
+    "log1p", "expm1", "reciprocal", "log_sigmoid", "masked_fill", "norm", "global_norm",
+    "clip_by_global_norm", "var", "std", "outer", "einsum",
+]
+
 
 @defop("log1p", kind="elementwise", cpp="std::log1p({0})")
 def log1p(x):

@@ -17,6 +17,9 @@ import numpy as np
 from .. import autograd as _autograd
 from ..tensor import Tensor
 
+__all__ = ["REGISTRY", "KINDS", "Primitive", "defop", "ShardStrategy", "dispatch", "apply", "get", "as_array"]
+
+
 REGISTRY = {}
 
 # Kinds the graph passes understand. 'elementwise' ops may be fused into one loop; 'reduce' ops
@@ -144,4 +147,5 @@ def get(name):
 
 
 def as_array(value):
+    """The numpy array behind a Tensor, or `np.asarray(value)` for anything else."""
     return value._data if isinstance(value, Tensor) else np.asarray(value)

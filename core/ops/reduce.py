@@ -5,6 +5,8 @@ from .primitive import defop
 from .math import broadcast_to, mul, div, equal, where, exp, sub, log
 from ..tensor import Tensor
 
+__all__ = ["reshape_to", "sum", "mean", "max", "min", "argmax", "argmin", "logsumexp", "prod"]
+
 
 def _norm_axes(axis, ndim):
     if axis is None:

@@ -121,7 +121,7 @@ def _run_module(repo_root, *argv, env=None):
     (["--config", "configs/mlp_mnist.yaml", "train.epocs=3"], ["train.epocs", "did you mean 'train.epochs'"]),
     (["--config", "configs/mlp_mnist.yaml", "optimizer.name=adamx"], ["'adamx' is not one of", "'adamw'"]),
     (["--config", "configs/mlp_mnist.yaml", "data.path=data/nothing_here.npz"],
-     ["MNIST file not found: data/nothing_here.npz"]),
+     ["data.path: MNIST file not found: data/nothing_here.npz"]),
 ])
 def test_process_exit_codes(repo_root, argv, fragments):
     result = _run_module(repo_root, *argv)

@@ -204,6 +204,8 @@ def test_resolve_path_looks_in_cwd_then_repo_root(tmp_path, monkeypatch, repo_ro
     assert resolve_path("data") == tmp_path / "data"
     with pytest.raises(DatasetNotFoundError, match="MNIST file not found: nope.npz"):
         resolve_path("nope.npz", "MNIST file")
+    with pytest.raises(DatasetNotFoundError, match="^data.path: MNIST file not found: nope.npz"):
+        resolve_path("nope.npz", "MNIST file", key="data.path")
 
 
 # -- registry and load_job_config ----------------------------------------------------------------------

@@ -4,6 +4,8 @@ from ...ops.primitive import apply
 from . import _kernels
 from .optimizer import Optimizer
 
+__all__ = ["Adam", "AdamWeightDecay", "AdamW", "LazyAdam"]
+
 
 def _check_betas(beta1, beta2, eps):
     for name, value in (("beta1", beta1), ("beta2", beta2)):

@@ -23,6 +23,9 @@ from ..cell import Cell
 from .learning_rate_schedule import LearningRateSchedule
 from . import _kernels
 
+__all__ = ["Optimizer"]
+
+
 _GROUP_KEYS = ("params", "lr", "weight_decay")
 
 

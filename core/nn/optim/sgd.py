@@ -4,6 +4,8 @@ from ...ops.primitive import apply
 from . import _kernels
 from .optimizer import Optimizer
 
+__all__ = ["Momentum", "SGD"]
+
 
 def _check_momentum(momentum):
     if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or momentum < 0:

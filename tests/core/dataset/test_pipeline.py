@@ -63,6 +63,8 @@ def test_batch_drop_remainder_and_sizes():
     assert rows(ordered(7).batch(3, drop_remainder=True)) == [[[0, 1, 2]], [[3, 4, 5]]]
     assert ordered(7).batch(3).get_dataset_size() == 3
     assert ordered(7).batch(3, drop_remainder=True).get_dataset_size() == 2
+    mindspore_style = ordered(7).batch(3, True, 4)  # (batch_size, drop_remainder, num_parallel_workers)
+    assert rows(mindspore_style) == rows(ordered(7).batch(3, drop_remainder=True))
     assert ordered(7).batch(3).get_batch_size() == 3
 
 
@@ -150,6 +152,7 @@ def test_zip_concat_filter_match_python():
     right = ds.NumpySlicesDataset({"y": np.arange(3) * 10}, shuffle=False)
     assert rows(left.zip(right)) == [[0, 0], [1, 10], [2, 20]]
     assert left.zip(right).get_dataset_size() == 3
+    assert rows(ds.zip((left, right))) == rows(left.zip(right))   # MindSpore's ds.zip
     with pytest.raises(ValueError, match="clash"):
         left.zip(ordered(3))
     assert rows(ordered(2) + ordered(3)) == [[0], [1], [0], [1], [2]]

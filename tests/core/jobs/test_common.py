@@ -7,7 +7,7 @@ import pytest
 from core import nn
 from core.config import OptimizerConfig, TrainConfig
 from core.jobs.common import build_callbacks, build_optimizer, learning_rates
-from core.train.callback import History, LossMonitor, ModelCheckpoint
+from core.train.callback import History, LossMonitor, ModelCheckpoint, ProgressBar
 
 
 def test_constant_schedule_is_a_float():
@@ -42,9 +42,27 @@ def test_build_optimizer_applies_the_schedule_per_step():
     np.testing.assert_allclose(weight.asnumpy(), before - 0.25, rtol=1e-6)
 
 
-def test_build_callbacks(tmp_path):
+def test_build_callbacks(tmp_path, monkeypatch):
+    assert [type(c) for c in build_callbacks(TrainConfig(log_every=0), "job", 10)] == [History, ProgressBar]
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setenv("PMI_RANK", "1")
     assert [type(c) for c in build_callbacks(TrainConfig(log_every=0), "job", 10)] == [History]
     callbacks = build_callbacks(TrainConfig(log_every=5, checkpoint_every=2, output_dir=str(tmp_path)), "job", 10)
     assert any(isinstance(c, LossMonitor) for c in callbacks)
     checkpoint = [c for c in callbacks if isinstance(c, ModelCheckpoint)][0]
     assert checkpoint.config.save_checkpoint_steps == 20
+
+
+def test_log_every_0_prints_one_plain_line_per_epoch_off_a_terminal(capsys):
+    from core import Model
+    from core import dataset as ds
+    x = np.random.default_rng(0).standard_normal((8, 2)).astype(np.float32)
+    data = ds.NumpySlicesDataset({"x": x, "y": np.arange(8, dtype=np.int32) % 2}, shuffle=False).batch(2)
+    net = nn.Dense(2, 2)
+    model = Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                  nn.SGD(net.trainable_params(), 0.1))
+    capsys.readouterr()
+    model.train(2, data, callbacks=build_callbacks(TrainConfig(log_every=0), "job", 4))
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" [")[0] for line in lines] == ["epoch 1/2", "epoch 2/2"]
+    assert all("4/4 loss" in line for line in lines)

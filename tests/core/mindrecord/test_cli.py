@@ -53,9 +53,11 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
     assert main(["info", str(tmp_path / "missing.rec")]) == 2
     assert main(["convert", str(tmp_path / "nothing"), str(tmp_path / "x.rec"), "--kind", "npy"]) == 2
     assert main(["frobnicate"]) == 2
+    assert main(["convert", str(tmp_path / "absent"), str(tmp_path / "y.rec")]) == 2  # kind not given
     bad = tmp_path / "bad.rec"
     bad.write_bytes(b"not a record file at all" * 10)
     assert main(["info", str(bad)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 4 and all(line.startswith("mstrain data: error:") for line in lines)
-    assert "missing.rec" in lines[0] and "nothing" in lines[1] and "bad.rec" in lines[3]
+    assert len(lines) == 5 and all(line.startswith("mstrain data: error:") for line in lines)
+    assert lines[3].endswith("absent: no such file or directory")
+    assert "missing.rec" in lines[0] and "nothing" in lines[1] and "bad.rec" in lines[4]

@@ -30,8 +30,8 @@ def write(path, rows, shard_num=1, page_size=256, index=("i64", "name")):
     writer.add_schema(SCHEMA)
     if index:
         writer.add_index(list(index))
-    for start in range(0, len(rows), 7):
-        writer.write_raw_data(rows[start:start + 7])
+    for start in range(0, len(rows), 7):  # MindSpore's parallel_writer flag is accepted too
+        writer.write_raw_data(rows[start:start + 7], parallel_writer=start % 2 == 1)
     writer.commit()
     return writer.file_names
 

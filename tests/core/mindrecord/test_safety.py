@@ -50,6 +50,22 @@ def test_a_flipped_byte_names_the_file_and_the_page(tmp_path):
         FileReader(path).verify()
 
 
+def test_a_copied_file_reads_itself_not_the_original(tmp_path):
+    """A file's footer names its shard files; a copy or rename must still read its own bytes."""
+    path = write(tmp_path / "data.rec")[0]
+    copy = tmp_path / "copy.rec"
+    copy.write_bytes(open(path, "rb").read())
+    offset, length = page_offsets(copy)[1]
+    flip_byte(copy, offset + length // 2)
+    assert len(list(FileReader(path))) == 60      # the original is intact
+    with pytest.raises(RecordFileError, match=r"copy\.rec: page 1 .*checksum"):
+        list(FileReader(str(copy)))
+    os.replace(copy, tmp_path / "moved.rec")
+    os.unlink(path)                               # a renamed single file needs no sibling
+    with pytest.raises(RecordFileError, match=r"moved\.rec: page 1"):
+        FileReader(str(tmp_path / "moved.rec")).verify()
+
+
 def test_a_corrupt_footer_is_reported(tmp_path):
     path = write(tmp_path / "data.rec")[0]
     flip_byte(path, os.path.getsize(path) - 40)  # inside the JSON footer

@@ -1,0 +1,86 @@
+"""Plumbing shared by the benchmark scripts: timing, the JSON result line, and running a peer.
+
+A script measures, then `emit(record(...))` prints one JSON line per mode in the shape of
+BENCHMARKS.md. With `--peer`, `run_peer(script, args)` runs ../shared/peers/<script> in the peer
+interpreter (MSTRAIN_PEER_PYTHON, a venv beside the peers, or /work/.venv-torch) and returns its
+JSON lines; `ratio(ours, peer)` is the side-by-side line.
+"""
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PEERS = REPO.parent / "shared" / "peers"
+WARMUP = 5
+
+
+def median_seconds(call, repeats, warmup=WARMUP):
+    """Median wall time of `call()` over `repeats` runs after `warmup` untimed ones."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def record(workload, name, mode, speed_metric, speed, quality_metric, quality, **extra):
+    """One result in the shape of BENCHMARKS.md (impl is always 'mstrain')."""
+    line = {"workload": workload, "name": name, "impl": "mstrain", "mode": mode,
+            "speed_metric": speed_metric, "speed": round(float(speed), 6),
+            "quality_metric": quality_metric, "quality": None if quality is None else round(float(quality), 8),
+            "python": platform.python_version(), "threads": os.cpu_count()}
+    line.update(extra)
+    return line
+
+
+def emit(line):
+    print(json.dumps(line), flush=True)
+
+
+def peer_python():
+    """The interpreter the peers run in, or None when none is installed."""
+    candidates = [os.environ.get("MSTRAIN_PEER_PYTHON")]
+    candidates += sorted(str(p) for p in PEERS.glob(".venv*/bin/python"))
+    candidates.append("/work/.venv-torch/bin/python")
+    for path in candidates:
+        if path and Path(path).exists():
+            return path
+    return None
+
+
+def run_peer(script, args=()):
+    """Run ../shared/peers/<script> and return the JSON lines it prints (dicts)."""
+    python = peer_python()
+    if python is None:
+        raise RuntimeError("no peer interpreter: set MSTRAIN_PEER_PYTHON or create /work/.venv-torch")
+    if not (PEERS / script).exists():
+        raise RuntimeError(f"peer script {PEERS / script} not found")
+    result = subprocess.run([python, script, *args], cwd=PEERS, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"peer {script} failed ({result.returncode}):\n{result.stderr[-2000:]}")
+    lines = [json.loads(x) for x in result.stdout.splitlines() if x.startswith("{")]
+    for line in lines:
+        print(json.dumps(line), flush=True)
+    return lines
+
+
+def ratio(ours, peer, **extra):
+    """The side-by-side line: suite speed / peer speed (for times, below 1 is faster)."""
+    line = {"workload": ours["workload"], "name": ours["name"], "ratio_of": f"{ours['mode']} / peer {peer.get('mode')}",
+            "speed_metric": ours["speed_metric"], "mstrain": ours["speed"], "peer": peer["speed"],
+            "speed_ratio": round(ours["speed"] / peer["speed"], 4)}
+    line.update(extra)
+    return line
+
+
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,72 @@
+"""The execution context, as MindSpore's `set_context`: which mode runs Cells, and how graphs compile.
+
+    >>> import core as ms
+    >>> ms.set_context(mode=ms.GRAPH_MODE)      # Cells run as compiled graphs
+    >>> ms.get_context("mode") == ms.GRAPH_MODE
+    True
+    >>> ms.set_context(mode=ms.PYNATIVE_MODE)   # back to op-by-op (the default)
+
+Keys: `mode` (GRAPH_MODE=0 or PYNATIVE_MODE=1), `enable_graph_kernel` (fuse elementwise and
+reduction chains into generated C++ kernels; the environment variable MSTRAIN_DISABLE_FUSION=1
+turns fusion off whatever this says), `device_target` ('CPU'), `device_id`, `save_graphs`
+(write each graph's IR before and after every pass, as MSTRAIN_DUMP_IR does) with
+`save_graphs_path`.
+"""
+from .errors import ConfigError
+
+GRAPH_MODE = 0
+PYNATIVE_MODE = 1
+
+_DEFAULTS = {
+    "mode": PYNATIVE_MODE,
+    "enable_graph_kernel": True,
+    "device_target": "CPU",
+    "device_id": 0,
+    "save_graphs": False,
+    "save_graphs_path": ".",
+}
+_CHOICES = {"mode": (GRAPH_MODE, PYNATIVE_MODE), "device_target": ("CPU",)}
+
+
+class _State:
+    """The context values, and the hook `Cell.__call__` reads (set while GRAPH_MODE is on)."""
+    values = dict(_DEFAULTS)
+    cell_runner = None
+
+
+STATE = _State()
+
+
+def _check(key, value):
+    if key not in _DEFAULTS:
+        raise ConfigError(f"unknown context key {key!r}; known: {', '.join(sorted(_DEFAULTS))}",
+                          source="set_context", key=key)
+    choices = _CHOICES.get(key)
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{key} must be one of {choices}, got {value!r}", source="set_context", key=key)
+    if key in ("enable_graph_kernel", "save_graphs") and not isinstance(value, (bool, int)):
+        raise ConfigError(f"{key} must be a bool, got {value!r}", source="set_context", key=key)
+
+
+def set_context(**kwargs):
+    """Set context keys (see the module docstring); an unknown key or bad value raises ConfigError."""
+    for key, value in kwargs.items():
+        _check(key, value)
+    STATE.values.update(kwargs)
+    if "mode" in kwargs:
+        from .jit import run_cell  # the graph runner Cells use in GRAPH_MODE
+        STATE.cell_runner = run_cell if kwargs["mode"] == GRAPH_MODE else None
+
+
+def get_context(key):
+    """The value of one context key."""
+    if key not in _DEFAULTS:
+        raise ConfigError(f"unknown context key {key!r}; known: {', '.join(sorted(_DEFAULTS))}",
+                          source="get_context", key=key)
+    return STATE.values[key]
+
+
+def reset_context():
+    """Every key back to its default (PYNATIVE_MODE)."""
+    STATE.values = dict(_DEFAULTS)
+    STATE.cell_runner = None

@@ -1,0 +1,14 @@
+"""Graph mode: tracing into one IR, passes, kernel fusion with generated C++, and the sinking executor.
+
+    trace (core.graph.trace)  ->  passes (core.graph.compiler.PASSES)  ->  Executable (core.graph.executor)
+
+`core.jit` builds `ms.jit` on top; `GraphSinkRunner` (core.graph.sink) runs a whole training step
+`sink_size` times per host round trip for `Model.train(..., dataset_sink_mode=True)`.
+"""
+from .ir import Graph, Node, format_graph, rewrite
+from .trace import Tracer, TracingError, tracing
+from .compiler import PASSES, compile_graph, fusion_enabled, run_passes
+from .executor import Executable
+
+__all__ = ["Graph", "Node", "format_graph", "rewrite", "Tracer", "TracingError", "tracing", "PASSES",
+           "compile_graph", "fusion_enabled", "run_passes", "Executable"]

@@ -1,0 +1,428 @@
+"""C++ source for one fused group: an elementwise loop nest, or a row kernel with reductions.
+
+A group computes its members (primitive calls with a `cpp` expression template, and
+sum/mean/max/min reductions over the last axis) over an iteration shape S. Its inputs broadcast
+to S; each is read through strides, so broadcasting, views and odd sizes need no copies. The
+layout is collapsed first (adjacent dims that are contiguous for every operand merge), and the
+innermost loop is specialised per input as contiguous, broadcast or strided, so it vectorises.
+
+    elementwise:  for each row (OpenMP)  for j (simd):  load inputs, compute members, store outputs
+    row kernel:   for each row (OpenMP)  for each reduction: for j (simd): compute its input, reduce
+                                         row values (e.g. rstd = 1/sqrt(var + eps))
+                                         for j (simd): compute and store the full-shape outputs
+
+Kernels use a C ABI, `void name(void** pointers, const int64_t* params)`, with params = the
+collapsed sizes then every operand's strides in elements. float16 is stored as `_Float16` and
+computed in float, rounded to half after every op as numpy does.
+"""
+import math
+import re
+
+import numpy as np
+
+CTYPES = {"float16": "_Float16", "float32": "float", "float64": "double", "int8": "int8_t",
+          "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t", "bool": "bool"}
+SUPPORTED = {np.dtype(name) for name in CTYPES}
+_STASH_MAX = 16384  # longest row (elements) whose costly values are kept on the stack for reuse
+_PARALLEL_MIN = 1 << 20  # elements below which one thread wins (and BLAS threads are left alone)
+
+PRELUDE = r"""#include <cmath>
+#include <cstdint>
+#include <algorithm>
+#include <limits>
+#if defined(__GLIBC__) && defined(__x86_64__) && !defined(MS_NO_MVEC)
+/* Vector variants from glibc's libmvec, so loops calling these functions vectorise. */
+extern "C" {
+float expf(float) noexcept __attribute__((simd("notinbranch")));
+double exp(double) noexcept __attribute__((simd("notinbranch")));
+float logf(float) noexcept __attribute__((simd("notinbranch")));
+double log(double) noexcept __attribute__((simd("notinbranch")));
+float sinf(float) noexcept __attribute__((simd("notinbranch")));
+float cosf(float) noexcept __attribute__((simd("notinbranch")));
+#if __GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35)
+float tanhf(float) noexcept __attribute__((simd("notinbranch")));
+float erff(float) noexcept __attribute__((simd("notinbranch")));
+float expm1f(float) noexcept __attribute__((simd("notinbranch")));
+float log1pf(float) noexcept __attribute__((simd("notinbranch")));
+double tanh(double) noexcept __attribute__((simd("notinbranch")));
+double erf(double) noexcept __attribute__((simd("notinbranch")));
+#endif
+}
+#endif
+"""
+
+
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])(?:\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)")
+
+
+def storage_type(dtype):
+    return CTYPES[np.dtype(dtype).name]
+
+
+def compute_type(dtype):
+    dtype = np.dtype(dtype)
+    return "float" if dtype == np.float16 else CTYPES[dtype.name]
+
+
+def literal(value):
+    """A C++ literal for a Python or numpy scalar."""
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return f"INT64_C({int(value)})"
+    value = float(value)
+    if math.isnan(value):
+        return "NAN"
+    if math.isinf(value):
+        return "INFINITY" if value > 0 else "(-INFINITY)"
+    return repr(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout: strides over the iteration shape, collapsed
+# ---------------------------------------------------------------------------------------------
+
+def operand_strides(array, shape):
+    """Element strides of `array` read as if broadcast to `shape` (0 along broadcast dims)."""
+    lead = len(shape) - array.ndim
+    strides = [0] * len(shape)
+    for k, (n, s) in enumerate(zip(array.shape, array.strides)):
+        if n != 1:
+            strides[lead + k] = s // array.itemsize
+    return strides
+
+
+def collapse(shape, strides, keep_last):
+    """Merge adjacent dims contiguous for every operand; drop size-1 dims.
+
+    Returns (sizes, strides per operand). With keep_last the last dim stays its own (the
+    reduction axis of a row kernel).
+    """
+    last = len(shape) - 1
+    dims = [k for k, n in enumerate(shape) if n != 1 or (keep_last and k == last)]
+    sizes, merged = [], [[] for _ in strides]
+    for k in dims:
+        mergeable = sizes and not (keep_last and k == last) and all(
+            st[-1] == s[k] * shape[k] for st, s in zip(merged, strides))
+        if mergeable:
+            sizes[-1] *= shape[k]
+            for st, s in zip(merged, strides):
+                st[-1] = s[k]
+        else:
+            sizes.append(shape[k])
+            for st, s in zip(merged, strides):
+                st.append(s[k])
+    if not sizes:
+        return [1], [[0] for _ in strides]
+    return sizes, merged
+
+
+# ---------------------------------------------------------------------------------------------
+# Expressions of members
+# ---------------------------------------------------------------------------------------------
+
+def _operand_type(node, operands):
+    """The type numpy computes `node` in: the common type of its array operands (weak Python
+    scalars adapt), or the result type when integers are divided into a float."""
+    dtypes = [o.dtype for o in operands if o.dtype is not None]
+    common = np.result_type(*dtypes) if dtypes else node.dtype
+    if node.dtype.kind == "f" and common.kind != "f":
+        common = node.dtype
+    return common
+
+
+def _attr_text(name, value):
+    if name == "dtype":
+        return storage_type(np.dtype(value))
+    return literal(value)
+
+
+class _Expressions:
+    """C++ statements computing members, given how each operand node is referenced."""
+
+    def __init__(self, group, ref):
+        self.group = group
+        self.ref = ref  # node -> C expression for an input operand
+
+    def statement(self, node, var):
+        operands = node.inputs
+        op_type = compute_type(_operand_type(node, operands))
+        args = []
+        for o in operands:
+            text = self.ref(o)
+            if o.dtype is None or compute_type(o.dtype) != op_type:
+                text = f"static_cast<{op_type}>({text})"
+            args.append(text)
+        attrs = {k: _attr_text(k, v) for k, v in node.attrs.items()
+                 if k == "dtype" or isinstance(v, (int, float, np.generic))}
+        expr = node.prim.cpp.format(*args, **attrs)
+        if op_type in ("float", "double"):  # numpy's weak Python floats: computed in the array's type
+            expr = _FLOAT_LITERAL.sub(lambda m: f"static_cast<{op_type}>({m.group(0)})", expr)
+        ctype = compute_type(node.dtype)
+        if node.dtype == np.float16:
+            expr = f"static_cast<float>(static_cast<_Float16>({expr}))"
+        return f"const {ctype} {var} = static_cast<{ctype}>({expr});"
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel source
+# ---------------------------------------------------------------------------------------------
+
+_REDUCE = {
+    "sum": ("+", "0", "{acc} += {v};"),
+    "mean": ("+", "0", "{acc} += {v};"),
+    "max": ("max", "-std::numeric_limits<{t}>::infinity()", "{acc} = std::max({acc}, {v});"),
+    "min": ("min", "std::numeric_limits<{t}>::infinity()", "{acc} = std::min({acc}, {v});"),
+}
+
+
+def _accumulator_type(node):
+    kind = node.dtype.kind
+    if node.prim.name in ("sum", "mean"):
+        return "double" if kind == "f" else "int64_t"
+    return compute_type(node.dtype)
+
+
+class KernelSource:
+    """Generate the source of one group for one layout (see the module docstring)."""
+
+    def __init__(self, group, symbol, sizes, inner_classes):
+        self.group = group
+        self.symbol = symbol
+        self.sizes = sizes
+        self.inner = inner_classes   # per pointer input: 0 broadcast, 1 contiguous, 2 strided
+        self.var = {id(m): f"v{k}" for k, m in enumerate(group.members)}
+        self.slot = {id(x): k for k, x in enumerate(group.pointer_inputs)}
+        self.stash = {}      # id(member) -> row scratch array: computed once per row, read back later
+        self.stashed = set()  # members already in their scratch array
+
+    # -- references --------------------------------------------------------------------------
+    def _load(self, node, in_loop):
+        if node.op == "const" and node.dtype is None:
+            return literal(node.value)
+        k = self.slot[id(node)]
+        cls = self.inner[k]
+        if not in_loop or cls == 0:
+            index = "0"
+        else:
+            index = "j" if cls == 1 else f"j * s{k}"
+        load = f"a{k}[{index}]"
+        return f"static_cast<float>({load})" if node.dtype == np.float16 else load
+
+    def _ref(self, in_loop):
+        def ref(node):
+            var = self.var.get(id(node))
+            return var if var is not None else self._load(node, in_loop)
+        return ref
+
+    # -- pieces ------------------------------------------------------------------------------
+    def _full_members_for(self, targets, stop=frozenset()):
+        """Full-shape members needed to compute `targets`, in order (not looking past `stop`)."""
+        group, needed, stack = self.group, set(), list(targets)
+        while stack:
+            n = stack.pop()
+            if id(n) in needed or not group.is_member(n) or group.is_row_value(n):
+                continue
+            needed.add(id(n))
+            if id(n) not in stop:
+                stack.extend(n.inputs)
+        return [m for m in group.members if id(m) in needed]
+
+    def _loop(self, targets, tail, pragma):
+        emit = _Expressions(self.group, self._ref(True))
+        body, stored = [], []
+        for m in self._full_members_for(targets, self.stashed):
+            var = self.var[id(m)]
+            if id(m) in self.stashed:
+                body.append(f"const {compute_type(m.dtype)} {var} = {self.stash[id(m)]}[j];")
+                continue
+            body.append(emit.statement(m, var))
+            if id(m) in self.stash:
+                body.append(f"{self.stash[id(m)]}[j] = {var};")
+                stored.append(id(m))
+        self.stashed.update(stored)
+        return [pragma, f"for (int64_t j = 0; j < {self._inner_size()}; ++j) {{"] + \
+            ["  " + line for line in body + tail] + ["}"]
+
+    def _plan_stash(self, loops):
+        """Costly values (a transcendental call) needed by several loops of a row: keep a row of them."""
+        if self.sizes[-1] > _STASH_MAX:
+            return []
+        uses = {}
+        for targets in loops:
+            for m in self._full_members_for(targets):
+                uses[id(m)] = uses.get(id(m), 0) + 1
+        costly = [m for m in self.group.members if uses.get(id(m), 0) > 1 and "std::" in m.prim.cpp]
+        self.stash = {id(m): f"sc{k}" for k, m in enumerate(costly)}
+        return [f"{compute_type(m.dtype)} {self.stash[id(m)]}[L];" for m in costly]
+
+    def _inner_size(self):
+        return "L"
+
+    def _row_statements(self, ready):
+        """Row values (one per row) whose inputs are all ready, in order."""
+        emit = _Expressions(self.group, self._ref(False))
+        out = []
+        for m in self.group.members:
+            if id(m) in ready or not self.group.is_row_value(m) or m.prim.kind == "reduce":
+                continue
+            if all(id(i) in ready or not self.group.is_member(i) for i in m.inputs):
+                out.append(emit.statement(m, self.var[id(m)]))
+                ready.add(id(m))
+        return out
+
+    def _reduction(self, node):
+        simd_op, init, combine = _REDUCE[node.prim.name]
+        acc_t = _accumulator_type(node)
+        acc, var = f"acc_{self.var[id(node)]}", self.var[id(node)]
+        x = node.inputs[0]
+        value = self._ref(True)(x)
+        tail = [combine.format(acc=acc, v=f"static_cast<{acc_t}>({value})")]
+        lines = [f"{acc_t} {acc} = {init.format(t=acc_t)};"]
+        lines += self._loop([x], tail, f"#pragma omp simd reduction({simd_op}:{acc})")
+        total = f"{acc} / static_cast<double>(L)" if node.prim.name == "mean" else acc
+        ctype = compute_type(node.dtype)
+        expr = f"static_cast<{ctype}>({total})"
+        if node.dtype == np.float16:
+            expr = f"static_cast<float>(static_cast<_Float16>({expr}))"
+        lines.append(f"const {ctype} {var} = {expr};")
+        return lines
+
+    def _stores(self, row_values):
+        stores, n_in = [], len(self.group.pointer_inputs)
+        for k, (member, dtype) in enumerate(self.group.stores):
+            if self.group.is_row_value(member) == row_values:
+                cls = self.inner[n_in + k]
+                index = "0" if row_values or cls == 0 else ("j" if cls == 1 else f"j * t{k}")
+                stores.append(f"y{k}[{index}] = static_cast<{storage_type(dtype)}>({self.var[id(member)]});")
+        return stores
+
+    def _full_stores(self):
+        return [m for m, _ in self.group.stores if not self.group.is_row_value(m)]
+
+    def _body(self):
+        """Statements for one row (row kernel) or the inner loop (elementwise)."""
+        group = self.group
+        if not group.reduce:
+            return self._loop(self._full_stores(), self._stores(False), "#pragma omp simd")
+        reductions = [m for m in group.members if m.prim.kind == "reduce"]
+        ready = set()
+        lines = self._plan_stash([[r.inputs[0]] for r in reductions] + [self._full_stores()])
+        for m in group.members:
+            if m.prim.kind == "reduce":
+                lines += self._row_statements(ready)
+                lines += self._reduction(m)
+                ready.add(id(m))
+        lines += self._row_statements(ready)
+        if self._full_stores():
+            lines += self._loop(self._full_stores(), self._stores(False), "#pragma omp simd")
+        return lines + self._stores(True)
+
+    # -- the whole function --------------------------------------------------------------------
+    def _pointers(self, offsets):
+        lines = []
+        for k, x in enumerate(self.group.pointer_inputs):
+            t = storage_type(x.dtype)
+            lines.append(f"const {t}* a{k} = static_cast<const {t}*>(p[{k}]){offsets(k)};")
+            if self.inner[k] == 2:
+                lines.append(f"const int64_t s{k} = st[{k * len(self.sizes) + len(self.sizes) - 1}];")
+        base, d = len(self.group.pointer_inputs), len(self.sizes)
+        for k, (_, dtype) in enumerate(self.group.stores):
+            t = storage_type(dtype)
+            lines.append(f"{t}* y{k} = static_cast<{t}*>(p[{base + k}]){offsets(base + k)};")
+            if self.inner[base + k] == 2:
+                lines.append(f"const int64_t t{k} = st[{(base + k) * d + d - 1}];")
+        return lines
+
+    def source(self):
+        d = len(self.sizes)
+        n_ops = len(self.group.pointer_inputs) + len(self.group.stores)
+        head = [f'extern "C" void {self.symbol}(void** p, const int64_t* n) {{',
+                f"  const int64_t* st = n + {d};",
+                f"  const int64_t L = n[{d - 1}];"]
+        if d == 1 and not self.group.reduce:
+            # two copies of the loop: an OpenMP `if` clause would also de-vectorise the serial path
+            loop = self._body()
+            parallel = ["#pragma omp parallel for simd schedule(static)"] + loop[1:]
+            body = self._pointers(lambda k: "") + [f"if (L > {_PARALLEL_MIN}) {{"] + \
+                ["  " + x for x in parallel] + ["} else {"] + ["  " + x for x in loop] + ["}"]
+            lines = head + ["  " + x for x in body] + ["}"]
+            return PRELUDE + "\n".join(lines) + "\n"
+        rows = " * ".join(f"n[{k}]" for k in range(d - 1)) or "1"
+        index = [f"int64_t rem = o;"] + [f"int64_t off{k} = 0;" for k in range(n_ops)]
+        for dim in range(d - 2, -1, -1):
+            index.append(f"{{ const int64_t i = rem % n[{dim}]; rem /= n[{dim}];")
+            index += [f"  off{k} += i * st[{k * d + dim}];" for k in range(n_ops)]
+            index.append("}")
+        body = index + self._pointers(lambda k: f" + off{k}") + self._body()
+        # one row as an inlined function, called from a parallel and a serial loop (an OpenMP `if`
+        # clause would still start a one-thread team on every call)
+        row = ["static inline void ms_row(int64_t o, void** p, const int64_t* n) {"] + head[1:] + \
+            ["  " + x for x in body] + ["}"]
+        kernel = [head[0], f"  const int64_t L = n[{d - 1}];", f"  const int64_t rows = {rows};",
+                  f"  if (rows > 1 && rows * L > {_PARALLEL_MIN}) {{",
+                  "    #pragma omp parallel for schedule(static)",
+                  "    for (int64_t o = 0; o < rows; ++o) ms_row(o, p, n);",
+                  "  } else {", "    for (int64_t o = 0; o < rows; ++o) ms_row(o, p, n);", "  }", "}"]
+        return PRELUDE + "\n".join(row + kernel) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# A reduction over any axes (bias gradients, a mean over a batch)
+# ---------------------------------------------------------------------------------------------
+
+def reduction_tables(x, axes):
+    """(leading, kept offsets, reduced offsets) in elements of `x`: every output reads
+    x[kept offset + reduced offset] over the reduced offsets; `leading` when all reduced axes
+    come before the kept ones (then rows of the output accumulate, as numpy does)."""
+    kept = [d for d in range(x.ndim) if d not in axes]
+    reduced = sorted(axes)
+
+    def offsets(dims):
+        table = np.zeros(1, np.int64)
+        for d in dims:
+            steps = np.arange(x.shape[d], dtype=np.int64) * (x.strides[d] // x.itemsize)
+            table = (table[:, None] + steps[None, :]).ravel()
+        return table
+    leading = bool(reduced) and bool(kept) and max(reduced) < min(kept)
+    return leading, offsets(kept), offsets(reduced)
+
+
+def reduction_source(node, leading, kept_contiguous):
+    """A kernel reducing p[0] into p[1] over the offset tables in params (see reduction_tables).
+
+    Leading axes (a bias gradient: sum over the batch) accumulate row after row into the output,
+    in its dtype, as numpy does; trailing axes accumulate each output in double (float inputs).
+    """
+    name = node.prim.name
+    x_t, y_t = storage_type(node.inputs[0].dtype), storage_type(node.dtype)
+    ct = compute_type(node.dtype)
+    combine = {"sum": "{a} + {v}", "mean": "{a} + {v}", "max": "std::max({a}, {v})", "min": "std::min({a}, {v})"}[name]
+    load = "x[r0 + " + ("k" if kept_contiguous else "ko[k]") + "]"
+    lines = ['extern "C" void ms_kernel(void** p, const int64_t* n) {',
+             f"  const {x_t}* x = static_cast<const {x_t}*>(p[0]);",
+             f"  {y_t}* y = static_cast<{y_t}*>(p[1]);",
+             "  const int64_t nk = n[0], nr = n[1];",
+             "  const int64_t* ko = n + 2;", "  const int64_t* ro = n + 2 + nk;"]
+    if leading:
+        lines += ["  { const int64_t r0 = ro[0];", "    #pragma omp simd",
+                  f"    for (int64_t k = 0; k < nk; ++k) y[k] = static_cast<{y_t}>({load}); }}",
+                  "  for (int64_t r = 1; r < nr; ++r) {", "    const int64_t r0 = ro[r];", "    #pragma omp simd",
+                  "    for (int64_t k = 0; k < nk; ++k)",
+                  f"      y[k] = static_cast<{y_t}>({combine.format(a=f'static_cast<{ct}>(y[k])', v=f'static_cast<{ct}>({load})')});",
+                  "  }"]
+        if name == "mean":  # numpy divides by the count as an integer: in double, then rounds
+            lines += ["  for (int64_t k = 0; k < nk; ++k)",
+                      f"    y[k] = static_cast<{y_t}>(static_cast<double>(y[k]) / static_cast<double>(nr));"]
+    else:
+        acc_t = "double" if np.dtype(node.dtype).kind == "f" and name in ("sum", "mean") else ct
+        init = {"sum": "0", "mean": "0", "max": f"-std::numeric_limits<{acc_t}>::infinity()",
+                "min": f"std::numeric_limits<{acc_t}>::infinity()"}[name]
+        value = "x[k0 + ro[r]]"
+        lines += ["  for (int64_t k = 0; k < nk; ++k) {", f"    const int64_t k0 = ko[k];",
+                  f"    {acc_t} acc = {init};",
+                  "    for (int64_t r = 0; r < nr; ++r)",
+                  f"      acc = {combine.format(a='acc', v=f'static_cast<{acc_t}>({value})')};",
+                  f"    y[k] = static_cast<{y_t}>(" + ("acc / static_cast<double>(nr)" if name == "mean" else "acc") + ");",
+                  "  }"]
+    return PRELUDE + "\n".join(lines + ["}"]) + "\n"

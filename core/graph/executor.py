@@ -1,0 +1,253 @@
+"""The executor: a compiled graph as a flat list of zero-argument kernels over planned buffers.
+
+Binding turns the graph into that list once: every computed value gets a buffer from the memory
+plan, views (reshape, transpose, broadcast, slices) become fixed numpy views of their base
+buffers, and each call becomes a closure writing into its buffer (`out=` numpy kernels, generated
+C++ kernels for fused groups, or the primitive's impl with a copy). Running a step is then one
+loop over closures: no graph walk, no dispatch, no allocation for the planned values.
+
+Parameters and optimizer state are read by reference; if a Parameter's array is replaced
+(`set_data`, loading a checkpoint) the executable re-binds before its next run.
+"""
+import os
+
+import numpy as np
+
+from . import lowering
+from .memory import Step, plan_memory
+
+_INPLACE_UNSAFE = {"where", "cast"}  # their out= kernels read an input after writing the output
+
+
+def _native_enabled():
+    """The C step runner is used when a compiler exists, unless MSTRAIN_DISABLE_NATIVE=1."""
+    if os.environ.get("MSTRAIN_DISABLE_NATIVE", "").strip().lower() not in ("", "0", "false", "no"):
+        return False
+    from .build import compiler_available
+    return compiler_available()
+
+
+def _attach_gemm(kernel, node, ins, out):
+    """Mark a matrix product the C runner can issue as numpy's own BLAS call."""
+    if node.prim.name == "matmul":
+        a, b = ins
+    elif node.prim.name == "dense_weight_grad":
+        a, b = ins[0].T, ins[1]
+    else:
+        return
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        from .native import gemm_params
+        params = gemm_params(a, b, out)
+        if params is not None:
+            kernel.native = ("gemm", (a, b, out), params)
+
+
+class ResidentChanged(RuntimeError):
+    """A Parameter read by a compiled graph changed shape or dtype: the graph must be traced again."""
+
+
+def _is_view_candidate(node):
+    return node.op == "call" and node.is_pure and (node.prim.kind == "view" or node.prim.name == "identity")
+
+
+class Executable:
+    """A bound, runnable graph. `run(inputs)` -> list of output arrays."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self._input_buffers = [np.zeros(n.shape, n.dtype) for n in graph.inputs]
+        self._residents = [n for n in graph.nodes if n.op == "resident"]
+        self._projections = {}
+        for n in graph.nodes:
+            if n.op == "project":
+                self._projections.setdefault(id(n.inputs[0]), []).append(n)
+        self.plan = None
+        self.memory = None
+        self._bound = ()
+        self.bind()
+
+    # -- binding ----------------------------------------------------------------------------------
+    def bind(self):
+        """(Re)build the kernel list against the current Parameter arrays."""
+        arrays = self._source_arrays()
+        views, owned = self._classify(dict(arrays))
+        root = self._roots(views)
+        steps, step_nodes = self._memory_steps(owned, root)
+        pinned = [id(root(o)) for o in self.graph.outputs]
+        self.memory = plan_memory(steps, pinned)
+        blocks = self.memory.allocate()
+        for n in owned:
+            arrays[id(n)] = self.memory.buffer(blocks, n)
+        plan, plan_nodes = [], []
+        for node in self.graph.nodes:
+            if id(node) in views:
+                arrays[id(node)] = views[id(node)][0](arrays)
+                continue
+            if node.op in ("input", "resident", "const", "project"):
+                continue
+            plan.append(self._kernel(node, arrays))
+            plan_nodes.append(node)
+        self.plan, self.plan_nodes = plan, plan_nodes
+        self._native = None
+        self._arrays = arrays
+        self._bound = [(n.value, n.value._data) for n in self._residents]
+
+    def _source_arrays(self):
+        arrays = {}
+        for n in self.graph.inputs:
+            arrays[id(n)] = self._input_buffers[n.value]
+        for n in self._residents:
+            data = n.value._data
+            if data.shape != n.shape or data.dtype != n.dtype:
+                name = getattr(n.value, "name", "state")
+                raise ResidentChanged(f"{name} is now {data.dtype}{list(data.shape)}, the graph was traced "
+                                      f"with {n.dtype}{list(n.shape)}")
+            arrays[id(n)] = data
+        for n in self.graph.nodes:
+            if n.op == "const":
+                arrays[id(n)] = n.value
+        return arrays
+
+    def _outputs_of(self, node):
+        """The value nodes a computing node writes (its projections when it has several)."""
+        if node.shape is not None:
+            return [node]
+        return self._projections.get(id(node), [])
+
+    def _classify(self, layout):
+        """Which nodes are views of others (bound once) and which need their own buffer.
+
+        Views are found by running the view op on stand-in arrays laid out like the real buffers.
+        """
+        views, owned = {}, []
+        for node in self.graph.nodes:
+            if node.op not in ("call", "fused"):
+                continue
+            outs = self._outputs_of(node)
+            if _is_view_candidate(node) and self._is_view(node, outs, layout, views):
+                continue
+            for o in outs:
+                if o.dtype is not None and o.shape is not None:
+                    owned.append(o)
+                    layout[id(o)] = np.zeros(o.shape, o.dtype)
+        return views, owned
+
+    def _is_view(self, node, outs, layout, views):
+        ins = [layout[id(i)] for i in node.inputs]
+        result = node.prim.impl(*ins, **node.attrs)
+        results = [result] if node.shape is not None else list(result)
+        if len(results) != len(outs):
+            return False
+        bases = []
+        for r in results:
+            base = next((i for i, a in zip(node.inputs, ins) if isinstance(a, np.ndarray) and
+                         isinstance(r, np.ndarray) and np.may_share_memory(r, a)), None)
+            if base is None:
+                return False
+            bases.append(base)
+        for k, (o, r, base) in enumerate(zip(outs, results, bases)):
+            layout[id(o)] = r
+            views[id(o)] = (_view_builder(node, k if node.shape is None else None), base)
+        if node.shape is None:
+            views[id(node)] = (lambda arrays: None, None)
+        return True
+
+    @staticmethod
+    def _roots(views):
+        """node -> the node owning its memory (a view's root is its base's root)."""
+        def root(node):
+            while id(node) in views and views[id(node)][1] is not None:
+                node = views[id(node)][1]
+            return node
+        return root
+
+    def _memory_steps(self, owned, root):
+        owned_ids = {id(n) for n in owned}
+        steps, step_nodes = [], []
+        for node in self.graph.nodes:
+            if node.op not in ("call", "fused"):
+                continue
+            writes = [o for o in self._outputs_of(node) if id(o) in owned_ids]
+            reads = [root(i) for i in node.inputs]
+            reads = [r for r in reads if id(r) in owned_ids]
+            inplace = (node.op == "call" and node.prim.kind == "elementwise" and node.is_pure and
+                       node.prim.name not in _INPLACE_UNSAFE) or \
+                      (node.op == "fused" and node.value.inplace_ok)
+            steps.append(Step(writes, reads, inplace))
+            step_nodes.append(node)
+        return steps, step_nodes
+
+    def _kernel(self, node, arrays):
+        ins = [arrays[id(i)] for i in node.inputs]
+        outs = [arrays.get(id(o)) for o in self._outputs_of(node)]
+        if node.op == "fused":
+            return node.value.build(ins, outs)
+        if node.shape is not None and outs[0] is not None and not node.prim.mutates:
+            kernel = lowering.out_kernel(node, ins, outs[0])
+            if kernel is not None:
+                _attach_gemm(kernel, node, ins, outs[0])
+                return kernel
+        return lowering.impl_kernel(node, ins, outs)
+
+    # -- running ----------------------------------------------------------------------------------
+    def native(self):
+        """The plan as a C program (core.graph.native), or None without a compiler or when disabled."""
+        if self._native is None and _native_enabled():
+            from .native import NativeProgram, runtime
+            self._native = NativeProgram(self.plan) if runtime() is not None else False
+        return self._native or None
+
+    def _check_residents(self):
+        for holder, array in self._bound:
+            if holder._data is not array:
+                self.bind()
+                return
+
+    def load_inputs(self, inputs):
+        """Copy the step's input arrays into the graph's input buffers."""
+        for buffer, value in zip(self._input_buffers, inputs):
+            np.copyto(buffer, value, casting="unsafe")
+
+    def step(self):
+        """Execute the plan once on the loaded inputs."""
+        program = self.native()
+        if program is not None:
+            program.run()
+            return
+        for kernel in self.plan:
+            kernel()
+
+    def output_arrays(self):
+        """The arrays holding the outputs now (views of the executor's buffers: copy to keep)."""
+        return [self._arrays[id(o)] for o in self.graph.outputs]
+
+    def run(self, inputs):
+        """One execution: load `inputs`, run, return copies of the outputs (residents by reference)."""
+        self._check_residents()
+        self.load_inputs(inputs)
+        self.step()
+        result = []
+        for node in self.graph.outputs:
+            if node.op == "resident":
+                result.append(node.value._data)
+            elif node.op == "input":
+                result.append(inputs[node.value])
+            else:
+                value = self._arrays[id(node)]
+                result.append(value.copy() if isinstance(value, np.ndarray) else value)
+        return result
+
+    def stats(self):
+        """Counts for logs and benchmarks."""
+        return {"kernels": len(self.plan), "fused": self.graph.count("fused"),
+                "planned_bytes": self.memory.planned_bytes, "unplanned_bytes": self.memory.naive_bytes}
+
+
+def _view_builder(node, index):
+    """A function computing the node's view from the bound arrays of its inputs."""
+    impl, attrs, inputs = node.prim.impl, node.attrs, node.inputs
+
+    def build(arrays):
+        result = impl(*[arrays[id(i)] for i in inputs], **attrs)
+        return result if index is None else result[index]
+    return build

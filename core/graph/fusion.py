@@ -1,0 +1,288 @@
+"""Graph kernel fusion: expand composites, group elementwise/reduction chains, one C++ kernel each.
+
+`expand_composites` writes softmax, layer norm, cross-entropy, dropout masks and optimizer
+updates in basic ops (see expand.py and expand_optim.py). `fuse_kernels` then walks the graph in
+order and grows groups over an iteration shape S:
+
+  - an elementwise op with a `cpp` template joins the group of an input when its output has
+    shape S ("full" values) or, in a group with reductions, S[:-1] + (1,) ("row" values);
+  - a sum/mean/max/min over the last axis joins the group of its input and makes it a row kernel;
+  - an in-place `assign` of a group value to a Parameter or optimizer state of shape S joins too,
+    so an optimizer update becomes one kernel writing parameter and moments where they are.
+
+Groups never span another in-place update, and a group is not formed when one of its inputs
+depends on its own members (that would be a cycle). Each group becomes one `fused` node.
+"""
+import heapq
+
+import numpy as np
+
+from .codegen import SUPPORTED
+from .expand import EXPANDERS, Builder
+from .expand_optim import OPTIMIZER_EXPANDERS
+from .group import FusedGroup
+from .ir import Graph, Node, rewrite
+from .lowering import OUT_KERNELS
+
+_REDUCTIONS = ("sum", "mean", "max", "min")
+
+
+def expand_composites(graph):
+    """Replace composite primitives by their expansions (see expand.py)."""
+    builder, expanded = Builder(), {}
+
+    def rule(node):
+        if node.op == "project" and id(node.inputs[0]) in expanded:
+            return expanded[id(node.inputs[0])][node.value]
+        if node.op != "call":
+            return None
+        expander = EXPANDERS.get(node.prim.name) or OPTIMIZER_EXPANDERS.get(node.prim.name)
+        result = expander(builder, node) if expander else None
+        if isinstance(result, tuple):
+            expanded[id(node)] = result
+            return None
+        return result
+    return rewrite(graph, rule)
+
+
+# ---------------------------------------------------------------------------------------------
+# Which nodes may join a group
+# ---------------------------------------------------------------------------------------------
+
+def _scalar_const(node):
+    return node.op == "const" and node.dtype is None and isinstance(node.value, (bool, int, float))
+
+
+def _typed_inputs(node):
+    return all(_scalar_const(i) or (i.dtype in SUPPORTED and i.shape is not None) for i in node.inputs)
+
+
+def _last_axis(node):
+    axis = node.attrs.get("axis")
+    ndim = len(node.inputs[0].shape)
+    if isinstance(axis, (tuple, list)) and len(axis) == 1:
+        axis = axis[0]
+    return ndim > 0 and isinstance(axis, (int, np.integer)) and axis % ndim == ndim - 1
+
+
+def _kind(node):
+    """'elementwise', 'reduce', 'assign' or None (not fusible)."""
+    if node.op != "call" or not _typed_inputs(node):
+        return None
+    if node.prim.name == "assign":
+        return "assign"
+    if not node.is_pure or node.dtype not in SUPPORTED:
+        return None
+    if node.prim.kind == "elementwise" and node.prim.cpp is not None:
+        return "elementwise"
+    if node.prim.kind == "reduce" and node.prim.name in _REDUCTIONS and node.inputs[0].shape:
+        if _last_axis(node) and node.inputs[0].shape[-1] > 1:
+            return "reduce"
+        return "reduction"  # over other axes: a kernel of its own
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouping
+# ---------------------------------------------------------------------------------------------
+
+class _Group:
+    def __init__(self, shape, epoch, mode=None):
+        self.shape = tuple(shape)
+        self.epoch = epoch
+        self.members = []
+        self.ids = set()
+        self.reduce = False
+        self.mode = mode
+
+    @property
+    def row_shape(self):
+        return self.shape[:-1] + (1,)
+
+    def add(self, node):
+        self.members.append(node)
+        self.ids.add(id(node))
+
+    def is_row(self, node):
+        return self.reduce and tuple(node.shape) != self.shape
+
+
+def _fits(group, node, kind):
+    """Can `node` join `group`: same iteration shape, inputs from the group in a usable domain."""
+    if kind == "reduce":
+        x = node.inputs[0]
+        return tuple(x.shape) == group.shape and not group.is_row(x)
+    if kind == "assign":
+        target, value = node.inputs
+        return (id(value) in group.ids and tuple(target.shape) == group.shape and target.op == "resident"
+                and not group.is_row(value))
+    shape = tuple(node.shape)
+    if shape == group.shape:
+        row = False
+    elif group.reduce and shape == group.row_shape:
+        row = True
+    else:
+        return False
+    for i in node.inputs:
+        if id(i) in group.ids and group.is_row(i):
+            if tuple(i.shape) != group.row_shape:
+                return False  # a reduction without keepdims: only usable outside the group
+        elif id(i) in group.ids and row:
+            return False      # a full-shape value cannot feed a one-per-row value
+    return True
+
+
+def _depends_on(start_nodes, member_ids, lowest, pos):
+    """True when any of `start_nodes` (reading back through inputs) reaches a member."""
+    stack, seen = list(start_nodes), set()
+    while stack:
+        n = stack.pop()
+        if id(n) in member_ids:
+            return True
+        if id(n) in seen or pos[id(n)] < lowest:
+            continue
+        seen.add(id(n))
+        stack.extend(n.inputs)
+    return False
+
+
+def _acyclic(groups, node, pos):
+    """Merging `groups` with `node` creates no path member -> outside node -> member."""
+    ids = set().union(*[g.ids for g in groups])
+    lowest = min(pos[id(g.members[0])] for g in groups)
+    members = [m for g in groups for m in g.members] + [node]
+    outside = [i for m in members for i in m.inputs if id(i) not in ids]
+    return not _depends_on(outside, ids, lowest, pos)
+
+
+def _form_groups(graph, pos):
+    group_of, groups, epoch = {}, [], 0
+    for node in graph.nodes:
+        kind = _kind(node)
+        if kind is None:
+            if node.is_effect:
+                epoch += 1  # nothing may be computed across a write it is not part of
+            continue
+        if kind == "reduction":
+            group = _Group(node.inputs[0].shape, epoch, mode="axes")
+            group.add(node)
+            groups.append(group)
+            continue  # nothing joins it: its output is consumed outside
+        candidates = []
+        for i in node.inputs:
+            g = group_of.get(id(i))
+            if g is not None and g.epoch == epoch and g.mode is None and g not in candidates and _fits(g, node, kind):
+                candidates.append(g)
+        if candidates and _acyclic(candidates, node, pos):
+            group = candidates[0]
+            for other in candidates[1:]:
+                for m in other.members:
+                    group.add(m)
+                    group_of[id(m)] = group
+                group.reduce |= other.reduce
+                groups.remove(other)
+            group.members.sort(key=lambda n: pos[id(n)])
+        elif kind == "assign":
+            epoch += 1
+            continue
+        else:
+            group = _Group(node.inputs[0].shape if kind == "reduce" else node.shape, epoch)
+            groups.append(group)
+        group.add(node)
+        group.reduce |= kind == "reduce"
+        group_of[id(node)] = group
+    return [g for g in groups if _worth_a_kernel(g)]
+
+
+def _worth_a_kernel(group):
+    """Every group with a reduction or an in-place write is (so the C step loop stays in C); a
+    lone elementwise op is only when numpy would allocate for it."""
+    calls = [m for m in group.members if m.prim.name != "assign"]
+    if len(calls) > 1 or group.reduce or group.mode == "axes" or len(calls) < len(group.members):
+        return True
+    return len(calls) == 1 and calls[0].prim.name not in OUT_KERNELS and calls[0].prim.kind == "elementwise"
+
+
+# ---------------------------------------------------------------------------------------------
+# Rebuilding the graph around fused nodes
+# ---------------------------------------------------------------------------------------------
+
+def _group_outputs(graph, group):
+    used_outside = set(id(o) for o in graph.outputs)
+    for n in graph.nodes:
+        if id(n) not in group.ids:
+            used_outside.update(id(i) for i in n.inputs)
+    return [m for m in group.members if id(m) in used_outside and m.prim.name != "assign"]
+
+
+def _fused_nodes(graph, group, index):
+    """The fused node, its projections, and {id(member output): node now standing for it}."""
+    outputs = _group_outputs(graph, group)
+    fused = FusedGroup(f"fused{index}", group.members, outputs, group.shape, group.reduce, group.mode)
+    single = len(outputs) == 1
+    node = Node("fused", fused.node_inputs, value=fused,
+                shape=outputs[0].shape if single else None, dtype=outputs[0].dtype if single else None)
+    if single:
+        return [node], {id(outputs[0]): node}
+    projections = [Node("project", (node,), value=k, shape=o.shape, dtype=o.dtype) for k, o in enumerate(outputs)]
+    return [node] + projections, {id(o): p for o, p in zip(outputs, projections)}
+
+
+def _ordered(entries, deps):
+    """Kahn's algorithm: dependencies first, otherwise the original order (lowest priority first)."""
+    by_id = {id(n): (prio, n) for prio, n in entries}
+    pending, users = {}, {}
+    for key, (_, n) in by_id.items():
+        inputs = {id(i) for i in deps(n) if id(i) in by_id}
+        pending[key] = len(inputs)
+        for i in inputs:
+            users.setdefault(i, []).append(key)
+    heap = [(by_id[k][0], k) for k, count in pending.items() if count == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, key = heapq.heappop(heap)
+        order.append(by_id[key][1])
+        for u in users.get(key, ()):
+            pending[u] -= 1
+            if pending[u] == 0:
+                heapq.heappush(heap, (by_id[u][0], u))
+    return order
+
+
+def _order_edges(graph):
+    """Random draws and in-place writes keep their relative order: each waits for the previous."""
+    edges, previous = {}, None
+    for n in graph.nodes:
+        if n.is_effect or (n.op == "call" and n.prim.stateful):
+            if previous is not None:
+                edges[id(n)] = [previous]
+            previous = n
+    return edges
+
+
+def fuse_kernels(graph):
+    """Replace each fusion group by one `fused` node (see the module docstring)."""
+    pos = {id(n): k for k, n in enumerate(graph.nodes)}
+    groups = _form_groups(graph, pos)
+    if not groups:
+        return graph
+    members = {id(m) for g in groups for m in g.members}
+    replace, entries = {}, []
+    for index, group in enumerate(groups):
+        new_nodes, outputs = _fused_nodes(graph, group, index)
+        replace.update(outputs)
+        last = max(pos[id(m)] for m in group.members)
+        entries += [((last, k), n) for k, n in enumerate(new_nodes)]
+    entries += [((pos[id(n)], 0), n) for n in graph.nodes if id(n) not in members]
+    order_after = _order_edges(graph)
+    data = lambda n: [replace.get(id(i), i) for i in n.inputs]  # noqa: E731
+    mapping, nodes = {}, []
+    for n in _ordered(entries, lambda n: data(n) + order_after.get(id(n), [])):
+        inputs = [mapping.get(id(i), i) for i in data(n)]
+        copy = n if all(a is b for a, b in zip(inputs, n.inputs)) else n.with_inputs(inputs)
+        mapping[id(n)] = copy
+        nodes.append(copy)
+    final = lambda n: mapping.get(id(replace.get(id(n), n)), replace.get(id(n), n))  # noqa: E731
+    effects = [n for n in nodes if n.is_effect]
+    return Graph(graph.name, nodes, [final(i) for i in graph.inputs], [final(o) for o in graph.outputs], effects)

@@ -1,0 +1,147 @@
+"""numpy kernels that write into a preallocated output (`out=`), one way to compute an op.
+
+The executor asks `out_kernel(node, inputs, out)` for a zero-argument callable that computes the
+node's value into `out`. Each entry computes exactly what the primitive's numpy `impl` computes
+(the same numpy function, only told where to write), so graphs give eager's numbers; the tests
+check every entry against its primitive's impl. A node with no entry runs its impl and copies the
+result into `out` (one temporary per run).
+"""
+from functools import partial
+
+import numpy as np
+
+
+def _ufunc(ufunc):
+    return lambda node, ins, out: partial(ufunc, *ins, out)  # out positional: no kwargs dict per call
+
+
+def _keyword_out(ufunc):
+    return lambda node, ins, out: partial(ufunc, *ins, out=out)  # positional out is deprecated for these
+
+
+def _sequence(*steps):
+    def run():
+        for step in steps:
+            step()
+    return run
+
+
+def _rsqrt(node, ins, out):
+    return _sequence(partial(np.sqrt, ins[0], out), partial(np.divide, 1.0, out, out))
+
+
+def _cast(node, ins, out):
+    return partial(np.copyto, out, ins[0], casting="unsafe")
+
+
+def _where(node, ins, out):
+    condition, x, y = ins
+    return _sequence(partial(np.copyto, out, y, casting="unsafe"),
+                     partial(np.copyto, out, x, casting="unsafe", where=condition))
+
+
+def _axis(axis):
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+def _reduction(fn):
+    def build(node, ins, out):
+        return partial(fn, ins[0], axis=_axis(node.attrs.get("axis")), keepdims=node.attrs.get("keepdims", False),
+                       out=out)
+    return build
+
+
+def _mean(node, ins, out):
+    """np.mean on a float32/float64 array is add.reduce, then a true_divide by the count as an intp
+    (what numpy's _mean does), here without its Python wrapper."""
+    x = ins[0]
+    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64):
+        return _reduction(np.mean)(node, ins, out)
+    axis = _axis(node.attrs.get("axis"))
+    axes = range(x.ndim) if axis is None else ([axis] if np.isscalar(axis) else axis)
+    count = np.intp(np.prod([x.shape[a] for a in axes], dtype=np.intp))
+    return _sequence(partial(np.add.reduce, x, axis, None, out, node.attrs.get("keepdims", False)),
+                     partial(np.true_divide, out, count, out))
+
+
+def _ufunc_reduction(ufunc):
+    """np.sum/np.max/... on an ndarray are exactly ufunc.reduce, minus a Python wrapper per call."""
+    def build(node, ins, out):
+        if not isinstance(ins[0], np.ndarray):
+            return None
+        return partial(ufunc.reduce, ins[0], _axis(node.attrs.get("axis")), None, out,
+                       node.attrs.get("keepdims", False))
+    return build
+
+
+def _sum_to(node, ins, out):
+    x, shape = ins[0], tuple(node.attrs["shape"])
+    lead = np.ndim(x) - len(shape)
+    xs = np.shape(x)
+    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and xs[i + lead] != 1)
+    if not axes:
+        return partial(np.copyto, out, np.reshape(x, shape))
+    kept = tuple(1 if i in axes else n for i, n in enumerate(xs))
+    return partial(np.add.reduce, x, axes, None, out.reshape(kept), True)
+
+
+def _relu(node, ins, out):
+    return partial(np.maximum, ins[0], 0, out=out)
+
+
+def _dense(node, ins, out):
+    x, weight = ins[0], ins[1]
+    steps = [partial(np.matmul, x, weight.T, out)]
+    if len(ins) > 2:
+        steps.append(partial(np.add, out, ins[2], out))
+    return _sequence(*steps) if len(steps) > 1 else steps[0]
+
+
+def _dense_weight_grad(node, ins, out):
+    g, x = ins
+    return partial(np.matmul, g.T, x, out)
+
+
+OUT_KERNELS = {
+    "add": _ufunc(np.add), "sub": _ufunc(np.subtract), "mul": _ufunc(np.multiply),
+    "div": _ufunc(np.true_divide), "pow": _ufunc(np.power), "maximum": _keyword_out(np.maximum),
+    "minimum": _keyword_out(np.minimum), "neg": _ufunc(np.negative), "exp": _ufunc(np.exp),
+    "log": _ufunc(np.log), "sqrt": _ufunc(np.sqrt), "abs": _ufunc(np.absolute),
+    "square": _ufunc(np.square), "sin": _ufunc(np.sin), "cos": _ufunc(np.cos),
+    "floor": _ufunc(np.floor), "sign": _ufunc(np.sign), "tanh": _ufunc(np.tanh),
+    "less": _ufunc(np.less), "less_equal": _ufunc(np.less_equal), "greater": _ufunc(np.greater),
+    "greater_equal": _ufunc(np.greater_equal), "equal": _ufunc(np.equal),
+    "not_equal": _ufunc(np.not_equal), "logical_and": _ufunc(np.logical_and),
+    "logical_or": _ufunc(np.logical_or), "logical_not": _ufunc(np.logical_not),
+    "isfinite": _ufunc(np.isfinite), "floor_div": _ufunc(np.floor_divide), "mod": _ufunc(np.mod),
+    "matmul": _ufunc(np.matmul), "rsqrt": _rsqrt, "cast": _cast, "where": _where, "relu": _relu,
+    "sum": _ufunc_reduction(np.add), "mean": _mean, "max": _ufunc_reduction(np.maximum),
+    "min": _ufunc_reduction(np.minimum), "prod": _ufunc_reduction(np.multiply), "sum_to": _sum_to,
+    "dense": _dense, "dense_no_bias": _dense,
+    "dense_weight_grad": _dense_weight_grad,
+}
+
+
+def out_kernel(node, ins, out):
+    """A callable computing `node` into `out` with no allocation, or None when there is no entry."""
+    build = OUT_KERNELS.get(node.prim.name)
+    return None if build is None else build(node, ins, out)
+
+
+def impl_kernel(node, ins, outs):
+    """Run the primitive's impl and copy its result(s) into `outs` (None entries are not kept)."""
+    impl, attrs = node.prim.impl, node.attrs
+    if not outs:  # an in-place update whose result is its own state
+        return partial(impl, *ins, **attrs)
+    if len(outs) == 1 and node.shape is not None:
+        out = outs[0]
+        if out is None:
+            return partial(impl, *ins, **attrs)
+        return lambda: np.copyto(out, impl(*ins, **attrs), casting="unsafe")
+
+    def run():
+        results = impl(*ins, **attrs)
+        for o, r in zip(outs, results):
+            if o is not None:
+                np.copyto(o, r, casting="unsafe")
+    return run

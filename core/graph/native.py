@@ -1,0 +1,248 @@
+"""The native step runner: a bound plan as an array of C calls, N steps per call (loop sink in C).
+
+Every kernel of a bound plan is a C function `void f(void** pointers, const int64_t* params)`:
+generated kernels already are; matrix products become calls of numpy's own BLAS (`ms_gemm`,
+the same cblas_?gemm call numpy's matmul makes, so the numbers are numpy's); any other kernel
+(a numpy ufunc, a primitive's impl) is wrapped as a ctypes callback into Python. `ms_loop` then
+runs `steps` steps in C: copy the step's inputs into the graph's input buffers, run every
+instruction, read the loss. A plan of only native kernels never enters Python during the loop.
+"""
+import ctypes
+import glob
+import os
+import warnings
+
+import numpy as np
+
+from . import build as _build
+
+_RUNTIME = r"""#include <cstdint>
+#include <cstring>
+#include <ctime>
+typedef void (*kernel_t)(void**, const int64_t*);
+struct Instr { kernel_t fn; void** p; const int64_t* n; };
+
+extern "C" void ms_run(const Instr* prog, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) prog[i].fn(prog[i].p, prog[i].n);
+}
+
+static double now() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+/* steps x (copy the step's inputs in, run the program, read the loss); seconds[s] if asked */
+extern "C" void ms_loop(const Instr* prog, int64_t count, int64_t steps, int64_t n_inputs,
+                        void* const* dst, const int64_t* nbytes, void* const* src,
+                        const void* loss, int64_t loss_is_double, double* losses, double* seconds) {
+  for (int64_t s = 0; s < steps; ++s) {
+    const double start = seconds ? now() : 0.0;
+    for (int64_t k = 0; k < n_inputs; ++k) std::memcpy(dst[k], src[s * n_inputs + k], nbytes[k]);
+    ms_run(prog, count);
+    if (losses) losses[s] = loss_is_double ? *static_cast<const double*>(loss)
+                                           : static_cast<double>(*static_cast<const float*>(loss));
+    if (seconds) seconds[s] = now() - start;
+  }
+}
+
+/* numpy's BLAS: cblas_?gemm with 64-bit integers (ILP64, numpy's default build) or 32-bit ones. */
+typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                          const float*, int64_t, float, float*, int64_t);
+typedef void (*dgemm64_t)(int, int, int, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                          const double*, int64_t, double, double*, int64_t);
+typedef void (*sgemm32_t)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                          float, float*, int);
+typedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double*, int, const double*, int,
+                          double, double*, int);
+static void* g_sgemm = nullptr;
+static void* g_dgemm = nullptr;
+static int64_t g_ilp64 = 1;
+
+extern "C" void ms_set_blas(void* sgemm, void* dgemm, int64_t ilp64) {
+  g_sgemm = sgemm; g_dgemm = dgemm; g_ilp64 = ilp64;
+}
+
+/* p = {A, B, C}; n = {is_double, transA, transB, M, N, K, lda, ldb, ldc,
+                       batch0, batch1, sA0, sA1, sB0, sB1, sC0, sC1}  (batch strides in elements) */
+extern "C" void ms_gemm(void** p, const int64_t* n) {
+  const int ta = n[1] ? 112 : 111, tb = n[2] ? 112 : 111;
+  for (int64_t b0 = 0; b0 < n[9]; ++b0) {
+    for (int64_t b1 = 0; b1 < n[10]; ++b1) {
+      const int64_t oa = b0 * n[11] + b1 * n[12], ob = b0 * n[13] + b1 * n[14], oc = b0 * n[15] + b1 * n[16];
+      if (n[0]) {
+        const double* a = static_cast<const double*>(p[0]) + oa;
+        const double* b = static_cast<const double*>(p[1]) + ob;
+        double* c = static_cast<double*>(p[2]) + oc;
+        if (g_ilp64) reinterpret_cast<dgemm64_t>(g_dgemm)(101, ta, tb, n[3], n[4], n[5], 1.0, a, n[6], b, n[7], 0.0, c, n[8]);
+        else reinterpret_cast<dgemm32_t>(g_dgemm)(101, ta, tb, n[3], n[4], n[5], 1.0, a, n[6], b, n[7], 0.0, c, n[8]);
+      } else {
+        const float* a = static_cast<const float*>(p[0]) + oa;
+        const float* b = static_cast<const float*>(p[1]) + ob;
+        float* c = static_cast<float*>(p[2]) + oc;
+        if (g_ilp64) reinterpret_cast<sgemm64_t>(g_sgemm)(101, ta, tb, n[3], n[4], n[5], 1.0f, a, n[6], b, n[7], 0.0f, c, n[8]);
+        else reinterpret_cast<sgemm32_t>(g_sgemm)(101, ta, tb, n[3], n[4], n[5], 1.0f, a, n[6], b, n[7], 0.0f, c, n[8]);
+      }
+    }
+  }
+}
+"""
+
+KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class _Instr(ctypes.Structure):
+    _fields_ = [("fn", ctypes.c_void_p), ("p", ctypes.c_void_p), ("n", ctypes.c_void_p)]
+
+
+class _Runtime:
+    library = None
+    failed = False
+    gemm = None  # address of ms_gemm when numpy's BLAS was found
+
+
+def _numpy_blas():
+    """(sgemm address, dgemm address, ilp64) of the BLAS numpy itself calls, or None."""
+    folder = os.path.dirname(np.__file__) + ".libs"
+    for path in glob.glob(os.path.join(folder, "*openblas*")):
+        library = ctypes.CDLL(path)
+        for s_name, d_name, ilp64 in (("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", 1),
+                                      ("cblas_sgemm64_", "cblas_dgemm64_", 1), ("cblas_sgemm", "cblas_dgemm", 0)):
+            if hasattr(library, s_name) and hasattr(library, d_name):
+                address = lambda name: ctypes.cast(getattr(library, name), ctypes.c_void_p).value  # noqa: E731
+                return address(s_name), address(d_name), ilp64
+    return None
+
+
+def runtime():
+    """The runtime library (built and loaded once), or None without a working C++ compiler."""
+    if _Runtime.library is None and _build.compiler_available() and not _Runtime.failed:
+        try:
+            path = _build.compile_all([_RUNTIME])[0]
+        except (OSError, _build.KernelBuildError) as exc:
+            warnings.warn(f"the C step runner is unavailable, steps run from Python: {exc}")
+            _Runtime.failed = True
+            return None
+        library = ctypes.PyDLL(path)
+        library.ms_run.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+        library.ms_loop.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                    ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+        blas = _numpy_blas()
+        if blas is not None:
+            library.ms_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]), ctypes.c_int64(blas[2]))
+            _Runtime.gemm = ctypes.cast(library.ms_gemm, ctypes.c_void_p).value
+        _Runtime.library = library
+    return _Runtime.library
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrix products as numpy makes them
+# ---------------------------------------------------------------------------------------------
+
+def _blasable(stride1, stride2, d2, itemsize):
+    """numpy's is_blasable2d: unit stride in the second dim, the first a whole number >= d2."""
+    return stride2 == itemsize and stride1 % itemsize == 0 and stride1 // itemsize >= d2
+
+
+def _batch_strides(array, lead):
+    """Element strides of the (at most two) batch dims, 0 where broadcast; None if more dims."""
+    shape, strides = array.shape[:-2], array.strides[:-2]
+    pad = len(lead) - len(shape)
+    out = []
+    for k, n in enumerate(lead):
+        j = k - pad
+        out.append(0 if j < 0 or shape[j] == 1 else strides[j] // array.itemsize)
+    return out
+
+
+def gemm_params(a, b, c):
+    """ms_gemm params for c = a @ b, or None where numpy would not call gemm (vectors, syrk,
+    non-blasable strides, more than two batch dims)."""
+    if a.dtype != b.dtype or a.dtype != c.dtype or a.dtype not in (np.float32, np.float64):
+        return None
+    if a.ndim < 2 or b.ndim < 2 or c.ndim > 4:
+        return None
+    m, k = a.shape[-2:]
+    p = b.shape[-1]
+    if min(m, k, p) <= 1 or b.shape[-2] != k or c.shape[-2:] != (m, p):
+        return None
+    sz = a.itemsize
+    a_m, a_k = a.strides[-2:]
+    b_k, b_p = b.strides[-2:]
+    c_m, c_p = c.strides[-2:]
+    a_ok = _blasable(a_m, a_k, k, sz) or _blasable(a_k, a_m, m, sz)
+    b_ok = _blasable(b_k, b_p, p, sz) or _blasable(b_p, b_k, k, sz)
+    if not (a_ok and b_ok and _blasable(c_m, c_p, p, sz)):
+        return None
+    if a.ctypes.data == b.ctypes.data and m == p and a_m == b_p and a_k == b_k:
+        return None  # numpy uses syrk for a matrix times its own transpose
+    trans_a, lda = (0, a_m // sz) if _blasable(a_m, a_k, k, sz) else (1, a_k // sz)
+    trans_b, ldb = (0, b_k // sz) if _blasable(b_k, b_p, p, sz) else (1, b_p // sz)
+    lead = list(c.shape[:-2])
+    if len(lead) > 2:
+        return None
+    lead = [1] * (2 - len(lead)) + lead
+    batch = [_batch_strides(x, lead) for x in (a, b, c)]
+    return [int(a.dtype == np.float64), trans_a, trans_b, m, p, k, lda, ldb, c_m // sz, *lead,
+            *batch[0], *batch[1], *batch[2]]
+
+
+# ---------------------------------------------------------------------------------------------
+# A plan as a C program
+# ---------------------------------------------------------------------------------------------
+
+class NativeProgram:
+    """The executable's plan as an array of C calls (see the module docstring)."""
+
+    def __init__(self, plan):
+        library = runtime()
+        self._keep = []
+        instrs = []
+        self.python_calls = 0
+        for kernel in plan:
+            instrs.append(self._instr(kernel))
+        self.count = len(instrs)
+        self.instrs = (_Instr * max(1, self.count))(*instrs)
+        self._run = library.ms_run
+        self._loop = library.ms_loop
+        self._address = ctypes.addressof(self.instrs)
+
+    def _instr(self, kernel):
+        native = getattr(kernel, "native", None)
+        if native is not None and native[0] == "gemm" and _Runtime.gemm is not None:
+            _, arrays, params = native
+            pointers = (ctypes.c_void_p * 3)(*[x.ctypes.data for x in arrays])
+            values = (ctypes.c_int64 * len(params))(*params)
+            self._keep.append((arrays, pointers, values))
+            return _Instr(_Runtime.gemm, ctypes.addressof(pointers), ctypes.addressof(values))
+        if native is not None and native[0] == "kernel":
+            _, function, pointers, values = native
+            return _Instr(ctypes.cast(function, ctypes.c_void_p).value, ctypes.addressof(pointers),
+                          ctypes.addressof(values))
+        callback = KERNEL(lambda p, n: kernel())
+        self._keep.append(callback)
+        self.python_calls += 1
+        return _Instr(ctypes.cast(callback, ctypes.c_void_p).value, None, None)
+
+    def run(self):
+        """One step."""
+        self._run(self._address, self.count)
+
+    def loop(self, input_buffers, batches, loss, losses, seconds=None):
+        """len(batches) steps: copy each batch into `input_buffers`, run, store the loss (and
+        each step's wall time in `seconds`, a float64 array, when given)."""
+        steps, n_inputs = len(batches), len(input_buffers)
+        sources = (ctypes.c_void_p * max(1, steps * n_inputs))()
+        kept = []
+        for s, batch in enumerate(batches):
+            for k, (buffer, value) in enumerate(zip(input_buffers, batch)):
+                if value.dtype != buffer.dtype or not value.flags.c_contiguous:
+                    value = np.ascontiguousarray(value, buffer.dtype)
+                    kept.append(value)
+                sources[s * n_inputs + k] = value.ctypes.data
+        targets = (ctypes.c_void_p * max(1, n_inputs))(*[b.ctypes.data for b in input_buffers])
+        sizes = (ctypes.c_int64 * max(1, n_inputs))(*[b.nbytes for b in input_buffers])
+        self._loop(self._address, self.count, steps, n_inputs, ctypes.addressof(targets), ctypes.addressof(sizes),
+                   ctypes.addressof(sources), loss.ctypes.data, int(loss.dtype == np.float64),
+                   losses.ctypes.data, None if seconds is None else seconds.ctypes.data)

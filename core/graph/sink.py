@@ -1,0 +1,145 @@
+"""The sinking runner: a whole training step compiled once, executed `sink_size` times per call.
+
+`GraphSinkRunner(train_network).run(batches)` runs one step per batch (each batch a tuple of
+arrays, the network's inputs) and returns the loss of every step. The step — forward, loss,
+backward and optimizer update — is traced on its first batch of a given signature (that first
+step runs eagerly while it is traced) and compiled into a flat plan of kernels over planned
+buffers (graph sink); the following steps run that plan back to back without returning to the
+caller (loop sink). Eager and sink training from the same seed give the same losses.
+
+A network whose step cannot be traced (it takes Python decisions on tensor values, e.g. loss
+scaling that skips updates on overflow) runs eagerly step by step, after a warning.
+"""
+import warnings
+
+import numpy as np
+
+from ..tensor import Tensor
+from ..graph.trace import TracingError
+from ..log import get_logger
+
+_log = get_logger("graph")
+
+
+def _signature(batch):
+    return tuple((a.shape, a.dtype.str) for a in batch)
+
+
+def _loss_number(out):
+    return float(np.asarray(_loss_value(out)._data))
+
+
+def _loss_value(out):
+    """The loss among a step's outputs: the first Tensor (TrainOneStepCell returns just the loss)."""
+    if isinstance(out, Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        for o in out:
+            if isinstance(o, Tensor):
+                return o
+    raise TypeError(f"the training step returned {type(out).__name__}; expected the loss (a Tensor) first")
+
+
+class GraphSinkRunner:
+    """Run a training cell as one compiled step, many steps per call (see the module docstring)."""
+
+    def __init__(self, train_network):
+        from ..jit import JitFunction
+        self.network = train_network
+        self.step_seconds = None  # wall time of each step of the last run (loop sink in C)
+        self._function = JitFunction(lambda *inputs: type(train_network).__call__(train_network, *inputs),
+                                     name=f"{type(train_network).__name__}.step",
+                                     phase=lambda: bool(getattr(train_network, "training", False)))
+        self._eager = False
+
+    @property
+    def compile_count(self):
+        """How many step graphs were compiled (one per batch signature and train/eval phase)."""
+        return self._function.compile_count
+
+    def graphs(self):
+        return self._function.graphs()
+
+    def run(self, batches):
+        """Execute one training step per batch. Returns the losses as a float64 array; steps a
+        network runs eagerly (it cannot be compiled) give its own outputs instead, in a list."""
+        batches = [tuple(np.asarray(getattr(a, "_data", a)) for a in batch) for batch in batches]
+        losses = np.empty(len(batches), np.float64)
+        self.step_seconds = np.full(len(batches), np.nan)
+        eager_outputs = {}
+        start = 0
+        while start < len(batches):
+            signature = _signature(batches[start])
+            stop = start + 1
+            while stop < len(batches) and _signature(batches[stop]) == signature:
+                stop += 1
+            for k, out in self._run_same_signature(batches[start:stop], losses[start:stop],
+                                                   self.step_seconds[start:stop]).items():
+                eager_outputs[start + k] = out
+            start = stop
+        if eager_outputs:
+            return [eager_outputs.get(k, float(loss)) for k, loss in enumerate(losses)]
+        return losses
+
+    def _run_same_signature(self, batches, losses, seconds):
+        """Run batches of one signature; returns {index: output} of the steps run eagerly."""
+        eager, first = {}, 0
+        entry = None if self._eager else self._entry(batches[0])
+        if entry is None and not self._eager:  # not compiled yet: the first step traces (and runs) it
+            out = self._first_step(batches[0])
+            if self._eager:
+                eager[0] = out
+            losses[0] = _loss_number(out)
+            first = 1
+            entry = None if self._eager else self._entry(batches[0])
+        if entry is None:
+            for k in range(first, len(batches)):
+                eager[k] = self.network(*[Tensor._wrap(a) for a in batches[k]])
+                losses[k] = _loss_number(eager[k])
+            return eager
+        self._loop(entry, batches[first:], losses[first:], seconds[first:])
+        return eager
+
+    def _entry(self, batch):
+        from ..jit import _flatten
+        leaves, keep = [], []
+        args = tuple(Tensor._wrap(a) for a in batch)
+        key = (_flatten(args, leaves, keep), _flatten({}, leaves, keep), self._function.phase())
+        return self._function._cache.get(key)
+
+    def _first_step(self, batch):
+        try:
+            return self._function(*[Tensor._wrap(a) for a in batch])
+        except TracingError as exc:
+            warnings.warn(f"GraphSinkRunner: {type(self.network).__name__} cannot be compiled ({exc}); "
+                          "its steps run eagerly")
+            self._eager = True
+            return self.network(*[Tensor._wrap(a) for a in batch])
+
+    @staticmethod
+    def _loop(entry, batches, losses, seconds):
+        """The loop sink: load, run the plan, keep the loss; no other work per step."""
+        executable = entry.executable
+        executable._check_residents()
+        loss = executable.output_arrays()[_loss_position(entry)]
+        program = executable.native()
+        if program is not None and isinstance(loss, np.ndarray) and loss.dtype in (np.float32, np.float64):
+            program.loop(executable._input_buffers, batches, loss, losses, seconds)
+            return
+        load, step = executable.load_inputs, executable.step
+        for k, batch in enumerate(batches):
+            load(batch)
+            step()
+            losses[k] = loss
+
+
+def _loss_position(entry):
+    """Index of the loss among the compiled graph's outputs (the first Tensor the step returns)."""
+    stack = [entry.structure]
+    while stack:
+        node = stack.pop(0)
+        if node[0] == "T":
+            return node[1]
+        if node[0] != "S":
+            stack = [child[1] if node[0] is dict else child for child in node[1:]] + stack
+    raise TypeError("the training step returns no Tensor")

@@ -1,0 +1,59 @@
+"""Each numpy `out=` kernel the executor uses computes exactly what its primitive's impl computes."""
+import numpy as np
+import pytest
+
+from core.graph.ir import Node
+from core.graph.lowering import OUT_KERNELS, out_kernel
+from core.ops import primitive
+
+RNG = np.random.default_rng(0)
+A = RNG.uniform(0.1, 2.0, (5, 6)).astype(np.float32)
+B = RNG.uniform(-2.0, 2.0, (6,)).astype(np.float32)
+I = RNG.integers(1, 7, (5, 6))
+MASK = RNG.random((5, 6)) > 0.5
+
+CASES = {
+    "matmul": ([A, RNG.standard_normal((6, 3)).astype(np.float32)], {}),
+    "where": ([MASK, A, B], {}),
+    "cast": ([A], {"dtype": np.dtype(np.float16)}),
+    "floor_div": ([I, 3], {}), "mod": ([I, 4], {}), "isfinite": ([A], {}), "logical_not": ([MASK], {}),
+    "logical_and": ([MASK, ~MASK], {}), "logical_or": ([MASK, ~MASK], {}),
+    "sum_to": ([RNG.standard_normal((3, 5, 6)).astype(np.float32)], {"shape": (1, 6)}),
+    "dense": ([A, RNG.standard_normal((3, 6)).astype(np.float32), B[:3]], {}),
+    "dense_no_bias": ([A, RNG.standard_normal((3, 6)).astype(np.float32)], {}),
+    "dense_weight_grad": ([RNG.standard_normal((5, 3)).astype(np.float32), A], {}),
+}
+for _name in ("sum", "mean", "max", "min", "prod"):
+    for _axis, _keep in ((None, False), (0, True), (-1, False), ((0, 1), False)):
+        CASES[f"{_name}:{_axis}:{_keep}"] = ([A], {"axis": _axis, "keepdims": _keep})
+CASES["mean:f64"] = ([A.astype(np.float64)], {"axis": 1, "keepdims": False})
+
+
+def _case(key):
+    if key in CASES:
+        return CASES[key]
+    prim = primitive.get(key)
+    return ([A, B] if prim.num_inputs == 2 else [A]), {}
+
+
+KEYS = sorted(set(OUT_KERNELS) - {"sum", "mean", "max", "min", "prod"}) + \
+    [k for k in CASES if ":" in k]
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_out_kernel_equals_impl(key):
+    prim = primitive.get(key.split(":")[0])
+    inputs, attrs = _case(key)
+    attrs = {**prim.attr_defaults, **attrs}
+    expected = np.asarray(prim.impl(*inputs, **attrs))
+    out = np.full(expected.shape, 7, expected.dtype)
+    nodes = [Node("const", value=v, shape=np.shape(v)) for v in inputs]
+    node = Node("call", nodes, prim, attrs, shape=expected.shape, dtype=expected.dtype)
+    kernel = out_kernel(node, inputs, out)
+    kernel()
+    kernel()  # twice: nothing accumulates
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_every_out_kernel_is_tested():
+    assert set(OUT_KERNELS) <= {k.split(":")[0] for k in KEYS}

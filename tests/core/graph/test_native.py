@@ -1,0 +1,76 @@
+"""The C step runner: numpy's own GEMM calls, callbacks for Python kernels, N steps per call."""
+import shutil
+
+import numpy as np
+import pytest
+
+import core as ms
+from core import nn
+from core.graph import compile_graph
+from core.graph.native import NativeProgram, gemm_params, runtime
+from core.graph.sink import GraphSinkRunner
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+
+
+def _gemm(a, b):
+    out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), a.dtype)
+    params = gemm_params(a, b, out)
+    assert params is not None
+
+    class Kernel:
+        native = ("gemm", (a, b, out), params)
+
+        def __call__(self):
+            raise AssertionError("the gemm should run in C")
+    NativeProgram([Kernel()]).run()
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_native_gemm_is_numpys_matmul_bit_for_bit(dtype):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((33, 17)).astype(dtype)
+    b = rng.standard_normal((17, 9)).astype(dtype)
+    runtime()
+    np.testing.assert_array_equal(_gemm(a, b), a @ b)
+    np.testing.assert_array_equal(_gemm(b.T, a.T), b.T @ a.T)          # transposed operands
+    batch = rng.standard_normal((2, 3, 5, 17)).astype(dtype)
+    np.testing.assert_array_equal(_gemm(batch, b), batch @ b)        # batch dims, broadcast b
+    keys = np.swapaxes(rng.standard_normal((2, 3, 5, 17)).astype(dtype), -1, -2)   # attention: q @ k^T
+    np.testing.assert_array_equal(_gemm(batch, keys), batch @ keys)
+
+
+def test_numpy_keeps_the_products_it_does_not_send_to_gemm():
+    a = np.ones((4, 1), np.float32)
+    assert gemm_params(a, np.ones((1, 3), np.float32), np.empty((4, 3), np.float32)) is None   # outer product
+    m = np.ones((5, 5), np.float32)
+    assert gemm_params(m, m.T, np.empty((5, 5), np.float32)) is None                           # syrk
+    assert gemm_params(m[:, ::2], m[::2], np.empty((5, 5), np.float32)) is None               # not blasable
+
+
+def test_python_kernels_run_as_callbacks_in_order(trace_graph):
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    graph = trace_graph(lambda a: ms.ops.sum(ms.ops.sort(a * 2.0, -1)[0] * a, axis=0), x)
+    _, run = compile_graph(graph, fusion=False)
+    program = run.native()
+    assert program is not None and program.python_calls >= 1
+    (got,) = run.run([x])
+    np.testing.assert_array_equal(got, np.sum(np.sort(x * 2.0, -1) * x, axis=0))
+
+
+def test_loop_in_c_equals_one_step_at_a_time():
+    def runner():
+        ms.set_seed(0)
+        net = nn.SequentialCell([nn.Dense(12, 16), nn.ReLU(), nn.Dense(16, 3)])
+        loss = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
+        return GraphSinkRunner(nn.TrainOneStepCell(loss, nn.Momentum(net.trainable_params(), 0.1, 0.9)))
+    rng = np.random.default_rng(2)
+    batches = [(rng.standard_normal((8, 12), dtype=np.float32), rng.integers(0, 3, 8)) for _ in range(30)]
+    together = runner().run(batches)
+    one_by_one = runner()
+    separate = np.concatenate([one_by_one.run([b]) for b in batches])
+    np.testing.assert_array_equal(together, separate)
+    (entry,) = one_by_one._function._cache.values()
+    assert entry.executable.native().python_calls == 0  # every kernel of this step runs in C
+    assert np.isfinite(one_by_one.step_seconds).all()

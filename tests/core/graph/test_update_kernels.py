@@ -1,0 +1,67 @@
+"""Optimizer updates: each one in-place update primitive becomes ONE generated kernel writing
+parameter and state where they live, with the numbers of the numpy update kernel."""
+import shutil
+
+import numpy as np
+import pytest
+
+import core as ms
+from core.nn.optim import _kernels as K
+from core.ops.primitive import apply
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+
+CASES = [
+    ("apply_gradient_descent", 0, False, dict(weight_decay=0.01, grad_scale=0.5)),
+    ("apply_momentum", 1, False, dict(momentum=0.9, use_nesterov=False, weight_decay=0.0, grad_scale=1.0)),
+    ("apply_momentum", 1, False, dict(momentum=0.8, use_nesterov=True, weight_decay=1e-3, grad_scale=0.25)),
+    ("apply_sgd", 1, True, dict(momentum=0.9, dampening=0.1, nesterov=False, weight_decay=0.0, grad_scale=1.0)),
+    ("apply_sgd", 1, True, dict(momentum=0.9, dampening=0.0, nesterov=True, weight_decay=0.01, grad_scale=1.0)),
+    ("apply_adam", 2, True, dict(beta1=0.9, beta2=0.999, eps=1e-8, use_nesterov=False, weight_decay=0.0,
+                                 grad_scale=1.0)),
+    ("apply_adam", 2, True, dict(beta1=0.8, beta2=0.99, eps=1e-6, use_nesterov=True, weight_decay=0.01,
+                                 grad_scale=0.5)),
+    ("apply_adam_weight_decay", 2, True, dict(beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1,
+                                              bias_correction=True, grad_scale=1.0)),
+    ("apply_adam_weight_decay", 2, True, dict(beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0,
+                                              bias_correction=False, grad_scale=2.0)),
+]
+
+
+def _state(shape, count, seed):
+    rng = np.random.default_rng(seed)
+    param = ms.Parameter(rng.standard_normal(shape).astype(np.float32), name="p")
+    states = [ms.Parameter(np.abs(rng.standard_normal(shape)).astype(np.float32) * 0.1, name=f"s{k}",
+                           requires_grad=False) for k in range(count)]
+    step = ms.Parameter(np.array(0, np.int32), name="step", requires_grad=False)
+    lr = ms.Parameter(np.array(0.05, np.float32), name="lr", requires_grad=False)
+    return param, states, step, lr
+
+
+def _update(prim, param, states, step, lr, grad, uses_step, attrs):
+    t = apply(K.increment_step, step)
+    args = [param, *states, grad, lr] + ([t] if uses_step else [])
+    apply(prim, *args, **attrs)
+    return ms.ops.sum(param)  # something to return; the update is the point
+
+
+@pytest.mark.parametrize("name, count, uses_step, attrs", CASES)
+@pytest.mark.parametrize("shape", [(37, 19), (1000,)])
+def test_update_is_one_kernel_with_numpy_numbers(name, count, uses_step, attrs, shape):
+    prim = getattr(K, {"apply_gradient_descent": "apply_gradient_descent"}.get(name, name))
+    grads = [np.random.default_rng(10 + k).standard_normal(shape).astype(np.float32) for k in range(4)]
+    eager = _state(shape, count, 0)
+    for g in grads:
+        _update(prim, *eager, ms.Tensor(g), uses_step, attrs)
+    compiled = _state(shape, count, 0)
+    f = ms.jit(lambda g: _update(prim, *compiled, g, uses_step, attrs))
+    for g in grads:
+        f(ms.Tensor(g))
+    graph = f.graphs()[0]
+    updates = [n for n in graph.nodes if n.op == "fused" and n.value.assigned
+               and any(target.value is compiled[0] for _, target in n.value.assigned)]
+    assert len(updates) == 1 and len(updates[0].value.assigned) == count + 1
+    assert graph.count(prim=name) == 0
+    for a, b in zip([eager[0], *eager[1]], [compiled[0], *compiled[1]]):
+        np.testing.assert_allclose(b.asnumpy(), a.asnumpy(), rtol=2e-6, atol=1e-7)
+    assert int(compiled[2].asnumpy()) == len(grads)
