@@ -9,6 +9,7 @@ from .ir import Graph, Node, format_graph, rewrite
 from .trace import Tracer, TracingError, tracing
 from .compiler import PASSES, compile_graph, fusion_enabled, run_passes
 from .executor import Executable
+from .sink import GraphSinkRunner
 
 __all__ = ["Graph", "Node", "format_graph", "rewrite", "Tracer", "TracingError", "tracing", "PASSES",
-           "compile_graph", "fusion_enabled", "run_passes", "Executable"]
+           "compile_graph", "fusion_enabled", "run_passes", "Executable", "GraphSinkRunner"]

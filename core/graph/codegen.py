@@ -409,7 +409,8 @@ def reduction_source(node, leading, kept_contiguous):
                   f"    for (int64_t k = 0; k < nk; ++k) y[k] = static_cast<{y_t}>({load}); }}",
                   "  for (int64_t r = 1; r < nr; ++r) {", "    const int64_t r0 = ro[r];", "    #pragma omp simd",
                   "    for (int64_t k = 0; k < nk; ++k)",
-                  f"      y[k] = static_cast<{y_t}>({combine.format(a=f'static_cast<{ct}>(y[k])', v=f'static_cast<{ct}>({load})')});",
+                  "      y[k] = static_cast<{}>({});".format(
+                      y_t, combine.format(a=f"static_cast<{ct}>(y[k])", v=f"static_cast<{ct}>({load})")),
                   "  }"]
         if name == "mean":  # numpy divides by the count as an integer: in double, then rounds
             lines += ["  for (int64_t k = 0; k < nk; ++k)",
@@ -423,6 +424,6 @@ def reduction_source(node, leading, kept_contiguous):
                   f"    {acc_t} acc = {init};",
                   "    for (int64_t r = 0; r < nr; ++r)",
                   f"      acc = {combine.format(a='acc', v=f'static_cast<{acc_t}>({value})')};",
-                  f"    y[k] = static_cast<{y_t}>(" + ("acc / static_cast<double>(nr)" if name == "mean" else "acc") + ");",
+                  f"    y[k] = static_cast<{y_t}>({'acc / static_cast<double>(nr)' if name == 'mean' else 'acc'});",
                   "  }"]
     return PRELUDE + "\n".join(lines + ["}"]) + "\n"

@@ -33,8 +33,12 @@ class Builder:
         if prim.mutates:  # an in-place write: no value of its own
             return Node("call", inputs, prim, attrs)
         probes = [_probe(i.shape, i.dtype) if i.dtype is not None else i.value for i in inputs]
-        with np.errstate(all="ignore"), _random.fork_rng():  # a random op's probe must not draw for real
-            out = np.asarray(prim.impl(*probes, **attrs))
+        with np.errstate(all="ignore"):
+            if prim.stateful:
+                with _random.fork_rng():  # a random op's probe must not draw for real
+                    out = np.asarray(prim.impl(*probes, **attrs))
+            else:
+                out = np.asarray(prim.impl(*probes, **attrs))
         return Node("call", inputs, prim, attrs, shape=out.shape, dtype=out.dtype)
 
     @staticmethod

@@ -207,17 +207,15 @@ def _worth_a_kernel(group):
 # Rebuilding the graph around fused nodes
 # ---------------------------------------------------------------------------------------------
 
-def _group_outputs(graph, group):
-    used_outside = set(id(o) for o in graph.outputs)
-    for n in graph.nodes:
-        if id(n) not in group.ids:
-            used_outside.update(id(i) for i in n.inputs)
-    return [m for m in group.members if id(m) in used_outside and m.prim.name != "assign"]
+def _group_outputs(group, users, graph_outputs):
+    """Members read outside the group (or returned by the graph)."""
+    return [m for m in group.members if m.prim.name != "assign" and
+            (id(m) in graph_outputs or any(id(u) not in group.ids for u in users[id(m)]))]
 
 
-def _fused_nodes(graph, group, index):
+def _fused_nodes(graph, group, index, users):
     """The fused node, its projections, and {id(member output): node now standing for it}."""
-    outputs = _group_outputs(graph, group)
+    outputs = _group_outputs(group, users, {id(o) for o in graph.outputs})
     fused = FusedGroup(f"fused{index}", group.members, outputs, group.shape, group.reduce, group.mode)
     single = len(outputs) == 1
     node = Node("fused", fused.node_inputs, value=fused,
@@ -268,9 +266,9 @@ def fuse_kernels(graph):
     if not groups:
         return graph
     members = {id(m) for g in groups for m in g.members}
-    replace, entries = {}, []
+    replace, entries, users = {}, [], graph.users()
     for index, group in enumerate(groups):
-        new_nodes, outputs = _fused_nodes(graph, group, index)
+        new_nodes, outputs = _fused_nodes(graph, group, index, users)
         replace.update(outputs)
         last = max(pos[id(m)] for m in group.members)
         entries += [((last, k), n) for k, n in enumerate(new_nodes)]

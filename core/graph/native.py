@@ -74,14 +74,18 @@ extern "C" void ms_gemm(void** p, const int64_t* n) {
         const double* a = static_cast<const double*>(p[0]) + oa;
         const double* b = static_cast<const double*>(p[1]) + ob;
         double* c = static_cast<double*>(p[2]) + oc;
-        if (g_ilp64) reinterpret_cast<dgemm64_t>(g_dgemm)(101, ta, tb, n[3], n[4], n[5], 1.0, a, n[6], b, n[7], 0.0, c, n[8]);
-        else reinterpret_cast<dgemm32_t>(g_dgemm)(101, ta, tb, n[3], n[4], n[5], 1.0, a, n[6], b, n[7], 0.0, c, n[8]);
+        if (g_ilp64) reinterpret_cast<dgemm64_t>(g_dgemm)(101, ta, tb, n[3], n[4], n[5], 1.0, a, n[6],
+                                                      b, n[7], 0.0, c, n[8]);
+        else reinterpret_cast<dgemm32_t>(g_dgemm)(101, ta, tb, n[3], n[4], n[5], 1.0, a, n[6],
+                                              b, n[7], 0.0, c, n[8]);
       } else {
         const float* a = static_cast<const float*>(p[0]) + oa;
         const float* b = static_cast<const float*>(p[1]) + ob;
         float* c = static_cast<float*>(p[2]) + oc;
-        if (g_ilp64) reinterpret_cast<sgemm64_t>(g_sgemm)(101, ta, tb, n[3], n[4], n[5], 1.0f, a, n[6], b, n[7], 0.0f, c, n[8]);
-        else reinterpret_cast<sgemm32_t>(g_sgemm)(101, ta, tb, n[3], n[4], n[5], 1.0f, a, n[6], b, n[7], 0.0f, c, n[8]);
+        if (g_ilp64) reinterpret_cast<sgemm64_t>(g_sgemm)(101, ta, tb, n[3], n[4], n[5], 1.0f, a, n[6],
+                                                      b, n[7], 0.0f, c, n[8]);
+        else reinterpret_cast<sgemm32_t>(g_sgemm)(101, ta, tb, n[3], n[4], n[5], 1.0f, a, n[6],
+                                              b, n[7], 0.0f, c, n[8]);
       }
     }
   }
