@@ -1,15 +1,17 @@
 """The strategy search's predicted step time vs the measured one, on the layouts that fit this
 machine (1 and 2 ranks): data parallel, tensor (model) parallel and 1F1B pipeline.
 
-    PYTHONPATH=. python benchmarks/strategy_search.py [--steps 8]
+    PYTHONPATH=. python benchmarks/strategy_search.py [--steps 8] [--profile PATH]
 
 The workload: a GPT of the suite's tensor-parallel layers (VocabParallelEmbedding, ParallelAttention,
 ParallelMLP, a column-parallel LM head, VocabParallelCrossEntropy), 4 layers, hidden 128, 4 heads,
-vocab 256, sequence 64, global batch 16, Adam; one thread per rank. The cost model is calibrated
-here first (numpy matmul FLOP/s, tanh bytes/s, the forward + backward time of one tiny op, and the all-reduce
-latency and bandwidth of 2 ranks), then `core.parallel.search.evaluate` predicts each layout's
-step time. One JSON line per layout (predicted, measured, ratio), then which layout the search
-picks for 2 ranks and which one was measured fastest.
+vocab 256, sequence 64, global batch 16, Adam; one thread per rank. The cost model's constants
+come from `core.parallel.calibrate` (what `mstrain plan --calibrate` runs), measured here first
+(or read from --profile); then `core.parallel.search.evaluate` predicts each layout's step time.
+Every layout runs --rounds times, interleaved, and its fastest round counts (the machine is
+shared: a busy neighbour slows the 2-rank layouts most). One JSON line per layout (predicted,
+measured, ratio, predicted breakdown), then which layout the search picks for 2 ranks and which
+one was measured fastest, with the machine's load average.
 """
 import argparse
 import json
@@ -108,63 +110,8 @@ def _worker(dp, mp, pp, micro, steps):
         step(tokens[:, :-1], tokens[:, 1:])
         times.append(time.perf_counter() - start)
     measured = comm.all_reduce_array(np.array([statistics.median(times[WARMUP:])]), op="max")[0]
-    link = _link_costs(comm) if comm.get_group_size() > 1 else None
     if comm.get_rank() == 0:
-        print(json.dumps({"measured_s": float(measured), "link": link}), flush=True)
-
-
-def _link_costs(comm):
-    """All-reduce latency (8 bytes) and bandwidth (4 MiB) of this world, ring formulas inverted."""
-    import numpy as np
-    n = comm.get_group_size()
-    results = []
-    for size in (2, 1 << 20):
-        a = np.ones(size, np.float32)
-        for _ in range(3):
-            comm.all_reduce_array(a)
-        ts = []
-        for _ in range(10):
-            comm.barrier()
-            t = time.perf_counter()
-            comm.all_reduce_array(a)
-            ts.append(time.perf_counter() - t)
-        results.append(statistics.median(ts))
-    latency = results[0] / (2 * (n - 1))
-    bandwidth = 2 * (n - 1) / n * (4 << 20) / max(results[1] - results[0], 1e-9)
-    return {"latency": latency, "bandwidth": bandwidth}
-
-
-def _calibrate_compute():
-    sys.path.insert(0, str(REPO))
-    import numpy as np
-    import core as ms
-    from core.ops import functional as F
-    a = np.random.default_rng(0).standard_normal((1024, HIDDEN)).astype(np.float32)
-    b = np.random.default_rng(1).standard_normal((HIDDEN, 4 * HIDDEN)).astype(np.float32)
-    g = np.random.default_rng(3).standard_normal((1024, 4 * HIDDEN)).astype(np.float32)
-    # a forward product and the two of its backward (with their transposed operands)
-    matmul = (_best_of(lambda: a @ b) + _best_of(lambda: g @ b.T) + _best_of(lambda: a.T @ g)) / 3
-    big = np.random.default_rng(2).standard_normal(1 << 21).astype(np.float32)  # 8 MiB: out of cache
-    elementwise = _best_of(lambda: np.tanh(big))
-    tiny = ms.Tensor(np.ones((2, 2), np.float32))
-
-    def chain(x):
-        for _ in range(50):
-            x = x * 1.0001
-        return F.sum(x)
-    grad_chain = ms.value_and_grad(chain, 0)
-    op = _best_of(lambda: grad_chain(tiny), repeat=20) / 50  # forward + backward of one op
-    return {"flops": 2 * 1024 * HIDDEN * 4 * HIDDEN / matmul, "memory_bandwidth": 2 * big.nbytes / elementwise,
-            "op_overhead": op}
-
-
-def _best_of(fn, repeat=20):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        print(json.dumps({"measured_s": float(measured)}), flush=True)
 
 
 def _launch(layout, steps):
@@ -177,21 +124,38 @@ def _launch(layout, steps):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _hardware(profile_path):
+    from core.parallel import calibrate
+    if profile_path:
+        profile = calibrate.read_profile(profile_path)
+        if profile is None:
+            raise SystemExit(f"no hardware profile at {profile_path}")
+    else:
+        profile = calibrate.calibrate(ranks=2)
+    return calibrate.hardware_from_profile(profile)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--profile", default=None, help="use this hardware profile instead of calibrating now")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of every layout (the fastest is kept)")
     parser.add_argument("--worker", nargs=4, type=int, metavar=("DP", "MP", "PP", "MICRO"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         _worker(*args.worker, args.steps)
         return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from core.parallel.cost_model import Hardware, TransformerSpec
+    from core.parallel.cost_model import TransformerSpec, layer_plan
     from core.parallel.search import Candidate, evaluate, search
-    from core.parallel.cost_model import layer_plan
-    measured = {layout: _launch(layout, args.steps) for layout in LAYOUTS}
-    link = next(m["link"] for m in measured.values() if m["link"])
-    hw = Hardware(**_calibrate_compute(), **link)
+    load_before = os.getloadavg()[0]
+    hw = _hardware(args.profile)
+    measured = {}
+    for _ in range(args.rounds):  # layouts interleaved, the fastest round kept: a busy neighbour hits all alike
+        for layout in LAYOUTS:
+            result = _launch(layout, args.steps)
+            if layout not in measured or result["measured_s"] < measured[layout]["measured_s"]:
+                measured[layout] = result
     spec = TransformerSpec(LAYERS, HIDDEN, HEADS, VOCAB, SEQ, BATCH)
     for layout, result in measured.items():
         dp, mp, pp, micro = layout
@@ -200,15 +164,18 @@ def main():
                           "layout": {"data_parallel": dp, "model_parallel": mp, "pipeline_stages": pp,
                                      "micro_batch_num": micro},
                           "predicted_s": round(cand.step_time, 5), "measured_s": round(result["measured_s"], 5),
-                          "predicted_over_measured": round(cand.step_time / result["measured_s"], 3)}))
+                          "predicted_over_measured": round(cand.step_time / result["measured_s"], 3),
+                          "predicted_breakdown_s": {k: round(v, 5) for k, v in cand.breakdown.items()}}))
     best, _, seconds = search(spec, 2, hw)
     two_rank = {k: v["measured_s"] for k, v in measured.items() if k[0] * k[1] * k[2] == 2}
     fastest = min(two_rank, key=two_rank.get)
-    print(json.dumps({"workload": "strategy-search", "name": "summary", "impl": "mstrain",
-                      "hardware": {k: float(f"{v:.4g}") for k, v in vars(hw).items()},
+    shown = {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in vars(hw).items()
+             if k not in ("matmul_curve", "memory")}
+    print(json.dumps({"workload": "strategy-search", "name": "summary", "impl": "mstrain", "hardware": shown,
                       "search_choice_2_ranks": best.layout(), "search_seconds": round(seconds, 4),
                       "measured_fastest_2_ranks": dict(zip(("data_parallel", "model_parallel", "pipeline_stages",
-                                                            "micro_batch_num"), fastest))}))
+                                                            "micro_batch_num"), fastest)),
+                      "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)]}))
 
 
 if __name__ == "__main__":

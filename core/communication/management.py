@@ -186,20 +186,22 @@ def destroy_group(name):
         group.comm.Free()
 
 
-def split_groups(key, color_of_rank):
-    """Partition the world into groups (collective over the world; cached by `key`).
+def split_groups(key, color_of_rank, parent=None):
+    """Partition `parent` (a Group; default the world) into groups: collective over the parent's
+    ranks only, cached by `key`.
 
     `color_of_rank(world_rank) -> (color, name)`; ranks with the same color form one group,
-    ordered by world rank. Returns this rank's Group.
+    ordered as in the parent. Returns this rank's Group.
     """
     cached = _world.split_cache.get(key)
     if cached is not None:
         return cached
-    comm = world_comm()
-    size, rank = comm.Get_size(), comm.Get_rank()
+    parent = get_group(parent)
+    comm = parent.require_member()
+    rank = parent.world_rank
     color, name = color_of_rank(rank)
-    ranks = tuple(r for r in range(size) if color_of_rank(r)[0] == color)
-    sub = comm if len(ranks) == size else comm.Split(color, rank)  # every rank takes the same branch
+    ranks = tuple(r for r in parent.ranks if color_of_rank(r)[0] == color)
+    sub = comm if len(ranks) == parent.size else comm.Split(color, parent.rank)  # every rank takes the same branch
     group = Group(name, ranks, rank, sub)
     _world.split_cache[key] = group
     return group

@@ -9,8 +9,12 @@ Which piece does what:
 - `DistributedGradReducer`: data-parallel gradient all-reduce (bucketed, overlapped with backward).
 - `ParallelOptimizer`: optimizer state sharded over the data-parallel group (ZeRO-1).
 - `layers`: Megatron-style tensor-parallel layers over `groups.model` (ColumnParallelDense, ...).
-- `SemiAutoParallelCell` / `shard_parameters`: ops' `.shard()` strategies executed over the ranks.
-- `PipelineCell` / `PipelineTrainOneStepCell`: stages by `Cell.pipeline_stage`, 1F1B schedule.
+- `SemiAutoParallelCell` / `shard_parameters`: ops' `.shard()` strategies executed over the ranks;
+  `plan_train_network` applies it in `nn.TrainOneStepCell` (hence `Model`) under semi/auto parallel.
+- `PipelineCell` / `PipelineTrainOneStepCell`: stages by `Cell.pipeline_stage`, 1F1B schedule;
+  under semi/auto parallel each stage runs its ops' `.shard()` strategies over the stage's ranks.
+- `search` / `cost_model` / `calibrate`: the auto_parallel search and `mstrain plan`, with this
+  machine's constants measured by `mstrain plan --calibrate`.
 - `init_parallel` / `validate_parallel_config`: the `parallel:` config section, checked up front.
 """
 from .context import (  # noqa: F401
@@ -24,12 +28,13 @@ from .optimizer_shard import ParallelOptimizer, wrap_optimizer  # noqa: F401
 from .pipeline import PipelineCell, PipelineTrainOneStepCell  # noqa: F401
 from .recompute import checkpoint  # noqa: F401
 from .spmd import DTensor, SemiAutoParallelCell, shard_parameters  # noqa: F401
+from .auto_wrap import plan_train_network  # noqa: F401
 from . import layers  # noqa: F401
 
 __all__ = [
     "set_auto_parallel_context", "get_auto_parallel_context", "reset_auto_parallel_context",
     "auto_parallel_context", "parallel_groups", "data_parallel_group",
     "DistributedGradReducer", "ParallelOptimizer", "wrap_optimizer", "TensorLayout", "PipelineCell", "PipelineTrainOneStepCell",
-    "checkpoint", "SemiAutoParallelCell", "shard_parameters", "DTensor", "layers",
+    "checkpoint", "SemiAutoParallelCell", "shard_parameters", "DTensor", "layers", "plan_train_network",
     "init_parallel", "validate_parallel_config", "check_same_config",
 ]

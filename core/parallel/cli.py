@@ -1,6 +1,7 @@
 """`mstrain plan` and `mstrain ckpt`: the parallel layout search and checkpoint resharding, offline.
 
     mstrain plan --config configs/gpt.yaml -n 64 [--memory-limit-gb 16] [--json]
+    mstrain plan --calibrate [--calibrate-ranks 2] [--profile PATH]   (measure this machine first)
     mstrain ckpt merge --dir CKPT_DIR --output full.ckpt [--strategy CKPT_DIR/strategy.json]
     mstrain ckpt transform --src-dir CKPT_DIR [--src-strategy A] --dst-strategy B --dst-dir OUT_DIR
 """
@@ -28,8 +29,16 @@ def _plan_parser():
     p = argparse.ArgumentParser(prog="mstrain plan", description="Choose the data x model x pipeline layout, "
                                 "micro-batches, recompute and operator strategies for a transformer config "
                                 "on N ranks, without launching them.")
-    p.add_argument("--config", "-c", required=True, help="the job's YAML config (its model: and parallel: sections)")
-    p.add_argument("-n", "--ranks", type=int, required=True, help="number of ranks to plan for")
+    p.add_argument("--config", "-c", default=None, help="the job's YAML config (its model: and parallel: sections)")
+    p.add_argument("-n", "--ranks", type=int, default=None, help="number of ranks to plan for")
+    p.add_argument("--calibrate", action="store_true", help="measure this machine's matrix-product rates, "
+                   "memory bandwidth, per-element and per-call costs of the eager engine and all-reduce "
+                   "latency/bandwidth, and write the hardware profile later plans use (then plan, if --config "
+                   "is given)")
+    p.add_argument("--calibrate-ranks", type=int, default=2, help="ranks to measure all-reduce over when "
+                   "calibrating from one process (default 2; under mpiexec: the launched ranks)")
+    p.add_argument("--profile", default=None, help="the hardware profile to write / read (default: "
+                   "$MSTRAIN_CACHE_DIR or ~/.cache/mstrain, file hardware.json)")
     p.add_argument("--global-batch-size", type=int, default=None,
                    help="sequences per step over all ranks (default: train.batch_size x n, i.e. the config's "
                         "per-rank batch under pure data parallelism)")
@@ -72,9 +81,15 @@ def _spec_from_config(doc, path, n, global_batch):
 
 
 def _plan(argv):
-    from .cost_model import Hardware
+    from . import calibrate
     from .search import format_plan, plan_json, search
     args = _plan_parser().parse_args(argv)
+    if args.calibrate:
+        _calibrate(args)
+        if args.config is None:
+            return 0
+    if args.config is None or args.ranks is None:
+        raise ConfigError("mstrain plan needs --config FILE and -n RANKS (or --calibrate alone)")
     if args.ranks < 1:
         raise ConfigError(f"-n must be a positive number of ranks, got {args.ranks}")
     doc = _load_yaml(args.config)
@@ -82,15 +97,38 @@ def _plan(argv):
     limit_gb = args.memory_limit_gb
     if limit_gb is None:
         limit_gb = (doc.get("parallel") or {}).get("memory_limit_gb") or 16.0
-    defaults = Hardware()
-    hw = Hardware(flops=args.flops or defaults.flops, bandwidth=args.bandwidth or defaults.bandwidth,
-                  latency=args.latency or defaults.latency, memory=float(limit_gb) * 2 ** 30)
+    profile = calibrate.read_profile(args.profile)
+    hw = calibrate.hardware_from_profile(profile, flops=args.flops, bandwidth=args.bandwidth, latency=args.latency,
+                                         memory=float(limit_gb) * 2 ** 30)
+    source = _profile_source(args.profile, profile)
     best, evaluated, seconds = search(spec, args.ranks, hw)
     if args.json:
-        print(json.dumps(plan_json(best, spec, args.ranks, seconds), sort_keys=True))
+        print(json.dumps({**plan_json(best, spec, args.ranks, seconds), "hardware_profile": source}, sort_keys=True))
     else:
         print(format_plan(spec, args.ranks, best, evaluated, seconds, hw.memory))
+        print(f"  hardware: {source}")
     return 0
+
+
+def _profile_source(path, profile):
+    from .calibrate import profile_path
+    if profile is None:
+        return "built-in defaults (run `mstrain plan --calibrate` to measure this machine)"
+    return f"{path or profile_path()} (calibrated {profile.get('created', '?')} on {profile.get('host', '?')})"
+
+
+def _calibrate(args):
+    from .. import communication as comm
+    from . import calibrate
+    if args.calibrate_ranks < 1:
+        raise ConfigError(f"--calibrate-ranks must be a positive number of ranks, got {args.calibrate_ranks}")
+    comm.init()
+    profile = calibrate.calibrate(args.calibrate_ranks)
+    if comm.get_rank() != 0:
+        return
+    path = calibrate.write_profile(profile, args.profile)
+    print(f"calibrated {profile['host']} ({profile['numpy_threads']} numpy thread(s)), wrote {path}")
+    print(calibrate.describe(calibrate.hardware_from_profile(profile)))
 
 
 # ---- ckpt ------------------------------------------------------------------------------------------

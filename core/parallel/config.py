@@ -144,10 +144,10 @@ def _searched_layout(parallel, model, full_config, n):
     spec = transformer_spec(model, int(per_rank) * n)
     if spec is None:
         return p
-    from .cost_model import Hardware
+    from .calibrate import load_hardware
     from .search import search
     limit = p.get("memory_limit_gb")
-    best, _, _ = search(spec, n, Hardware(memory=limit * 2 ** 30) if limit else Hardware())
+    best, _, _ = search(spec, n, load_hardware(memory=limit * 2 ** 30 if limit else None))
     p.update(best.layout())
     return p
 

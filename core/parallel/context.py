@@ -98,6 +98,12 @@ def data_parallel_group():
     return parallel_groups().data
 
 
+def reads_full_batch():
+    """True when every rank reads the whole batch (`full_batch=True` or dataset_strategy
+    'full_batch', MindSpore's two spellings)."""
+    return bool(_context.values["full_batch"]) or _context.values["dataset_strategy"] == "full_batch"
+
+
 def data_shard():
     """(num_shards, shard_id) a dataset should read on this rank, or None when stand-alone.
 
@@ -108,7 +114,7 @@ def data_shard():
     mode = values["parallel_mode"]
     if mode == "stand_alone":
         return None
-    if values["full_batch"]:
+    if reads_full_batch():
         return 1, 0
     n, rank = get_auto_parallel_context("device_num"), get_auto_parallel_context("global_rank")
     if mode == "data_parallel":

@@ -20,6 +20,7 @@ from ..communication import all_gather_array, all_reduce_array, get_group, reduc
 from ..errors import ParallelConfigError
 from ..nn.cell import Cell
 from ..tensor import Parameter, Tensor
+from .spmd.interpreter import gradient_is_complete
 
 _NOT_ELEMENTWISE = ("LazyAdam", "Lamb", "LARS", "Adafactor")
 
@@ -157,8 +158,9 @@ class ParallelOptimizer(Cell):
 
     def _reduce(self, grads):
         """Reduce-scatter the sharded gradients, all-reduce the whole ones; mean over the degree."""
-        local = list(grads)
         scale = 1.0 / self.degree if self.mean else 1.0
+        local = list(self._complete_as_contributions(grads, scale))
+        grads = tuple(local)
         if self._shards:
             n = self.group.size
             dtype = np.result_type(*[grads[s.index]._data.dtype for s in self._shards])
@@ -175,6 +177,16 @@ class ParallelOptimizer(Cell):
             g = all_reduce_array(grads[i]._data, self.group) if self.group.size > 1 else grads[i]._data.copy()
             local[i] = Tensor._wrap(g * np.asarray(scale, g.dtype))
         return tuple(local)
+
+    def _complete_as_contributions(self, grads, scale):
+        """Gradients the semi-auto interpreter already completed are the same on every rank: turn
+        each into a 1/N contribution so the sum-then-`scale` below gives it back unchanged."""
+        factor = 1.0 / (self.group.size * scale)
+        for param, g in zip(self._full, grads):
+            if factor != 1.0 and gradient_is_complete(param):
+                yield Tensor._wrap(g._data * np.asarray(factor, g._data.dtype))
+            else:
+                yield g
 
     def _clip(self, local):
         sharded = {s.index for s in self._shards}

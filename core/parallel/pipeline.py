@@ -7,6 +7,14 @@ P - s micro-batches' activations are alive on stage s. Sends are non-blocking an
 blocking, so no two stages can wait on each other. Every micro-batch's loss is scaled by 1/M:
 the accumulated gradients equal those of the whole batch at once (with P = 1 this is plain
 gradient accumulation).
+
+Under semi_auto_parallel / auto_parallel with more than one rank per stage, each stage's cells
+(and the loss, on the last stage) run by their ops' `.shard()` strategies over the stage's ranks
+(a `SemiAutoParallelCell` over `groups.stage_group`; strategies count that stage's devices, as
+in MindSpore). Every rank feeds its data-parallel block of each micro-batch and hands its block
+of the stage output to the same position of the next stage; the loss is the whole micro-batch's,
+so the gradients are complete and no data-parallel all-reduce is left to do. Cells marked
+`recompute()` run plainly inside such a stage (the interpreter keeps its activations).
 """
 import contextlib
 
@@ -72,6 +80,7 @@ class PipelineCell(Cell):
         self.groups, self.micro_batch_num = groups, int(micro_batch_num)
         self.is_first = groups.stage == 0
         self.is_last = groups.stage == groups.pipeline_stages - 1
+        object.__setattr__(self, "_spmd", _sharded_stage(self._local, loss_fn if self.is_last else None, groups))
         self._pending_sends = []
 
     def _named_params(self):
@@ -110,6 +119,8 @@ class PipelineCell(Cell):
 
     # -- one micro-batch -------------------------------------------------------------------------
     def _run_local(self, x, labels):
+        if self._spmd is not None:
+            return self._spmd(x, labels)
         for cell in self._local:
             x = cell(x)
         return self._loss_fn(x, labels) if self.is_last else x
@@ -184,6 +195,32 @@ class PipelineCell(Cell):
             raise ParallelConfigError(f"batch size {array.shape[0]} must be divisible by micro_batch_num "
                                       f"({self.micro_batch_num})")
         return np.split(array, self.micro_batch_num)
+
+
+class _Stage(Cell):
+    """One stage's cells, then the loss on the last stage (what a sharded stage runs)."""
+
+    def __init__(self, cells, loss_fn):
+        super().__init__(auto_prefix=False)
+        object.__setattr__(self, "_cells", list(cells))
+        object.__setattr__(self, "_loss", loss_fn)
+
+    def construct(self, x, labels):
+        for cell in self._cells:
+            x = cell(x)
+        return x if self._loss is None else self._loss(x, labels)
+
+
+def _sharded_stage(cells, loss_fn, groups):
+    """A SemiAutoParallelCell running the stage over its ranks under semi_auto / auto parallel
+    (None otherwise, or with one rank per stage)."""
+    from .auto_wrap import PLANNED_MODES
+    from .context import get_parallel_mode
+    if get_parallel_mode() not in PLANNED_MODES or groups.stage_group.size <= 1:
+        return None
+    from .spmd import BATCH, SemiAutoParallelCell
+    return SemiAutoParallelCell(_Stage(cells, loss_fn), group=groups.stage_group, input_strategy=BATCH,
+                                output_strategy=BATCH)
 
 
 class PipelineTrainOneStepCell(Cell):

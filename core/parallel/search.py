@@ -5,8 +5,11 @@ with each micro-batch count, recompute on/off and optimizer sharding on/off; per
 operator strategies come from `cost_model.layer_plan` (dynamic programming over the chain).
 A candidate's step time is
 
-    (micro_batch_num + pp - 1) * stage time of one micro-batch      (1F1B: the bubble included)
-    + point-to-point activations between stages + data-parallel gradient all-reduce
+    (micro_batch_num + pp - 1) * (stage time of one micro-batch + its point-to-point sends)
+    + data-parallel gradient all-reduce + optimizer update (and gradient accumulation)
+
+where the stage time covers its layers and the embedding / LM head / loss (1F1B: the bubble
+is the pp - 1 extra stage times); the breakdown also shows the dispatch overhead inside it.
 
 and its memory per rank is parameters, gradients and optimizer state of its stage's share
 (the state divided by dp when sharded) plus the activations of the micro-batches in flight
@@ -16,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import ParallelConfigError
-from .cost_model import Hardware, layer_plan
+from .cost_model import head_time, layer_plan, optimizer_time
 
 _OPTIMIZER_STATES = 2  # Adam: two moments
 
@@ -57,21 +60,27 @@ def evaluate(hw, spec, cand, plans):
     plan = plans(cand.mp, micro)
     layers = spec.num_layers // cand.pp
     tokens = micro * spec.seq_length
-    head_flops = 3 * 2.0 * tokens * spec.hidden_size * spec.vocab_size / cand.mp
     forward_share = 1.0 / 3.0
-    layer_time = plan.time * (1 + forward_share if cand.recompute else 1)
-    stage = layers * layer_time + head_flops / hw.flops
+    slow = hw.shared_slowdown if cand.dp * cand.mp * cand.pp > 1 else 1.0  # ranks sharing the machine
+    compute = (plan.time - plan.comm_time) * slow
+    layer_time = compute * (1 + forward_share if cand.recompute else 1) + plan.comm_time
+    stage = layers * layer_time + head_time(hw, spec, tokens, cand.mp, slow)
     boundary = tokens * spec.hidden_size * vb / (cand.mp if plan.boundary == "T" else 1)
     p2p = 2 * hw.send(boundary) if cand.pp > 1 else 0.0
     pipeline = (cand.micro_batch_num + cand.pp - 1) * (stage + p2p)
     params = layers * spec.layer_params() * plan.weight_fraction + spec.vocab_size * spec.hidden_size / cand.mp
     grad_bytes = params * vb
     dp_comm = hw.all_reduce(grad_bytes, cand.dp)
-    cand.step_time = pipeline + dp_comm
-    cand.breakdown = {"compute_and_model_parallel": cand.micro_batch_num * layers * layer_time,
-                      "model_parallel_comm": cand.micro_batch_num * layers * plan.comm_time,
-                      "pipeline_bubble": (cand.pp - 1) * (stage + p2p), "pipeline_p2p": cand.micro_batch_num * p2p,
-                      "data_parallel_comm": dp_comm}
+    accumulate = (cand.micro_batch_num - 1) * params * hw.add_cost / 2  # summing micro-batch gradients
+    update = (optimizer_time(hw, spec, params / (cand.dp if cand.optimizer_shard else 1), layers) + accumulate) * slow
+    cand.step_time = pipeline + dp_comm + update
+    m = cand.micro_batch_num
+    cand.breakdown = {"compute_and_model_parallel": m * stage,
+                      "dispatch_overhead": m * slow * (layers * plan.dispatch_time * (1 + forward_share * cand.recompute)
+                                                       + hw.ops_fixed * hw.op_overhead),
+                      "model_parallel_comm": m * layers * plan.comm_time,
+                      "pipeline_bubble": (cand.pp - 1) * (stage + p2p), "pipeline_p2p": m * p2p,
+                      "data_parallel_comm": dp_comm, "optimizer": update}
     state = params * vb * _OPTIMIZER_STATES / (cand.dp if cand.optimizer_shard else 1)
     in_flight = min(cand.pp, cand.micro_batch_num)
     per_layer = plan.activation_bytes
@@ -104,7 +113,9 @@ def candidates(spec, n):
 def search(spec, n, hw=None, memory_limit=None):
     """(best Candidate, all evaluated candidates, seconds spent). Raises ParallelConfigError when
     no layout fits the ranks or the memory limit."""
-    hw = hw or Hardware()
+    if hw is None:
+        from .calibrate import load_hardware
+        hw = load_hardware()
     limit = memory_limit if memory_limit is not None else hw.memory
     start = time.perf_counter()
     cache = {}
@@ -145,6 +156,10 @@ def shard_notation(op, strategy, dp, mp):
             "tokens": f"(({dp * mp}, 1), (1, 1))", "none": f"(({dp}, 1), (1, 1))"}[strategy]
 
 
+_PART_NAMES = {"compute_and_model_parallel": "stages", "dispatch_overhead": "of which dispatch",
+               "model_parallel_comm": "of which model parallel comm"}
+
+
 def format_plan(spec, n, best, evaluated, seconds, limit):
     gib = 2.0 ** 30
     lines = [f"plan for {n} ranks: {spec.num_layers} layers, hidden {spec.hidden_size}, heads {spec.num_heads}, "
@@ -152,7 +167,7 @@ def format_plan(spec, n, best, evaluated, seconds, limit):
              f"({spec.total_params() / 1e6:.1f}M parameters)",
              f"  layout: {_describe(best)}",
              f"  predicted step time: {best.step_time:.4g} s  (" +
-             ", ".join(f"{k.replace('_', ' ')} {v:.3g}" for k, v in best.breakdown.items()) + ")",
+             ", ".join(f"{_PART_NAMES.get(k, k.replace('_', ' '))} {v:.3g}" for k, v in best.breakdown.items()) + ")",
              f"  memory per rank: {best.memory / gib:.3g} GiB of {limit / gib:.3g} GiB  (" +
              ", ".join(f"{k.replace('_', ' ')} {v / gib:.3g}" for k, v in best.memory_breakdown.items()) + ")",
              "  operator strategies (every layer):"]

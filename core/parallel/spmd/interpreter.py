@@ -170,12 +170,12 @@ class SPMDInterpreter:
     def _plan_by_cost(self, spec, layouts):
         """auto_parallel: split the one iteration dimension (or none) that minimises compute over
         the ranks plus the communication it causes (partial sums, mirrored gradients)."""
-        from ..cost_model import Hardware
-        hw = self.hardware or Hardware()
+        from ..calibrate import load_hardware
+        hw = self.hardware or load_hardware()
         sizes = spec.iter_sizes
-        flops = 3 * 2.0 * float(np.prod(sizes, dtype=np.float64))
+        work = 2.0 * float(np.prod(sizes, dtype=np.float64))  # one product; backward runs two more
         itemsize = 4
-        best, best_cost = None, flops / hw.flops
+        best, best_cost = None, 3 * work / hw.product_rate(work)
         for d in range(len(sizes)):
             if sizes[d] % self.n or d in spec.fixed:
                 continue
@@ -185,7 +185,7 @@ class SPMDInterpreter:
             for dims, lay in zip(spec.in_dims, layouts):
                 if dims is not None and lay is not None and d not in dims:  # mirrored: its gradient is all-reduced
                     comm += hw.all_reduce(_numel(lay.global_shape) * itemsize, self.n)
-            cost = flops / self.n / hw.flops + comm
+            cost = 3 * work / self.n / hw.product_rate(work / self.n) + comm
             if cost < best_cost:
                 best, best_cost = d, cost
         if best is None:
@@ -263,7 +263,8 @@ class SPMDInterpreter:
             dst = self._layout(dims, src.global_shape, plan)
             block = self._prepare(x, src, dst)
             if isinstance(block, Tensor):
-                block = mirror(block, plan.dev_matrix, self.ranks, used_axes - {a for a in dst.tensor_map if a >= 0})
+                block = mirror(block, plan.dev_matrix, self.ranks, used_axes - {a for a in dst.tensor_map if a >= 0},
+                               self.group)
             local_inputs.append(block)
         local_attrs = attrs if spec.local_attrs is None else spec.local_attrs(attrs, (out_layout.local_shape,))
         if spec.kind == "vocab_gather" and spec.notes["axis"] in plan.axis_of:
@@ -311,14 +312,16 @@ class SPMDInterpreter:
             return tuple(_dtensor(o, TensorLayout.replicated(o.shape, self.ranks)) for o in out)
         return _dtensor(out, TensorLayout.replicated(out.shape, self.ranks))
 
-    def finish(self, out):
-        """A network output made whole on every rank (partial sums reduced, blocks gathered)."""
+    def finish(self, out, layout_for=None):
+        """A network output made whole on every rank (partial sums reduced, blocks gathered), or
+        this rank's block (a plain Tensor) of the layout `layout_for(global shape)` (None: whole)."""
         if isinstance(out, (tuple, list)):
-            return type(out)(self.finish(o) for o in out)
+            return type(out)(self.finish(o, layout_for) for o in out)
         if not isinstance(out, DTensor):
             return out
+        target = layout_for(out.shape) if layout_for is not None else None
+        target = target if target is not None else replicated_like(out._layout)
         with self.local_mode():
-            local, layout = reduce_partial(out._local, out._layout)
-            if not layout.is_replicated():
-                local = redistribute(local, layout, replicated_like(layout), self.group, self.stats)
-        return _dtensor(local, replicated_like(layout))
+            local, layout = reduce_partial(out._local, out._layout, self.group)
+            local = redistribute(local, layout, target, self.group, self.stats)
+        return _dtensor(local, target) if target.is_replicated() else local

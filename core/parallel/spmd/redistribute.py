@@ -42,11 +42,12 @@ def refines(fine, coarse):
     return True
 
 
-def axis_group(layout_or_matrix, ranks, axes):
+def axis_group(layout_or_matrix, ranks, axes, parent=None):
     """The group of ranks that differ only in the device axes `axes` (this rank's one).
 
-    Collective over the world the first time a (matrix, axes) pair is asked for, so every rank
-    must ask in the same order (they run the same program).
+    Collective over `parent` (the Group holding `ranks`; default the world) the first time a
+    (matrix, axes) pair is asked for, so its ranks must ask in the same order (they run the same
+    program; other ranks, e.g. other pipeline stages, are not involved).
     """
     dev_matrix = tuple(layout_or_matrix)
     axes = tuple(sorted(axes))
@@ -58,7 +59,7 @@ def axis_group(layout_or_matrix, ranks, axes):
         key = tuple(int(c) for i, c in enumerate(coords) if i not in axes)
         colour_id = int(np.ravel_multi_index(key, [d for i, d in enumerate(dev_matrix) if i not in axes])) if key else 0
         return colour_id, f"spmd{list(dev_matrix)}:{list(axes)}#{colour_id}"
-    return split_groups(("spmd", dev_matrix, tuple(ranks), axes), colour)
+    return split_groups(("spmd", dev_matrix, tuple(ranks), axes), colour, parent)
 
 
 @defop("spmd_gather_full", attrs=("layout", "group"), stateful=True)
@@ -91,11 +92,12 @@ def _without_partial(layout):
     return TensorLayout(layout.dev_matrix, layout.tensor_map, layout.global_shape, layout.ranks)
 
 
-def reduce_partial(x, layout):
-    """All-reduce the partial axes of `layout` (identity backward); returns (x, layout without partial)."""
+def reduce_partial(x, layout, parent=None):
+    """All-reduce the partial axes of `layout` (identity backward); returns (x, layout without partial).
+    `parent`: the Group spanning `layout.ranks` (default the world)."""
     if not layout.partial:
         return x, layout
-    group = axis_group(layout.dev_matrix, layout.ranks, layout.partial)
+    group = axis_group(layout.dev_matrix, layout.ranks, layout.partial, parent)
     return reduce_from_region(x, group), _without_partial(layout)
 
 
@@ -104,7 +106,7 @@ def redistribute(x, src, dst, group, stats=None):
 
     `group` spans `src.ranks` (for the all-gather). `stats`, when given, counts the bytes moved.
     """
-    x, src = reduce_partial(x, src) if src.partial else (x, src)
+    x, src = reduce_partial(x, src, group) if src.partial else (x, src)
     if same_placement(src, dst):
         return x
     if refines(dst, src):
@@ -117,8 +119,9 @@ def redistribute(x, src, dst, group, stats=None):
     return _slice_block(whole, replicated_like(src), dst, group.world_rank, group)
 
 
-def mirror(x, dev_matrix, ranks, axes):
-    """Enter a computation that differs across `axes` while x does not: all-reduce its gradient."""
+def mirror(x, dev_matrix, ranks, axes, parent=None):
+    """Enter a computation that differs across `axes` while x does not: all-reduce its gradient
+    (over the ranks of `parent`, default the world, that differ only in `axes`)."""
     if not axes:
         return x
-    return copy_to_region(x, axis_group(dev_matrix, ranks, axes))
+    return copy_to_region(x, axis_group(dev_matrix, ranks, axes, parent))

@@ -1,4 +1,5 @@
-"""1F1B pipeline stages (with data parallel, gradient accumulation and recompute) vs one process."""
+"""1F1B pipeline stages (with data parallel, gradient accumulation and recompute, and with
+semi-auto `.shard()` strategies inside the stages) vs one process."""
 import numpy as np
 import pytest
 
@@ -33,6 +34,20 @@ def test_pipeline_matches_one_process(tmp_path, single, n, stages, micro, extra)
     _check(got, single)
     per_rank = [set(g) - {"losses"} for g in got]
     assert all(len(p) < len(set(single) - {"losses"}) for p in per_rank)  # each rank holds only its stage
+
+
+@pytest.mark.parametrize("n,stages,micro", [(4, 2, 2), (2, 1, 2)])
+def test_semi_auto_strategies_inside_pipeline_stages(tmp_path_factory, n, stages, micro):
+    """Batch/column/row MatMul strategies over each stage's ranks, Adam, 1F1B: one process's numbers."""
+    single_dir, multi_dir = tmp_path_factory.mktemp("sp1"), tmp_path_factory.mktemp("spn")
+    run_single("semi_pipeline.py", single_dir, 6, 1, 1)
+    run_mpi("semi_pipeline.py", n, multi_dir, 6, stages, micro, timeout=60)
+    want = load_ranks(single_dir, 1)[0]
+    assert not bool(want.pop("sharded_stage"))
+    for r, got in enumerate(load_ranks(multi_dir, n)):
+        assert bool(got.pop("sharded_stage")), f"rank {r}: the stage did not run its strategies"
+        for key in got:
+            np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-5, err_msg=f"rank {r}: {key}")
 
 
 def test_recompute_gives_the_same_gradients_with_dropout():

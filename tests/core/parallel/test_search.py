@@ -14,10 +14,11 @@ GIB = 2.0 ** 30
 
 
 def test_ring_collective_costs():
-    hw = Hardware(bandwidth=1e9, latency=1e-5)
+    hw = Hardware(bandwidth=1e9, latency=1e-5, collective_sync=1e-3)
     assert hw.all_reduce(1e9, 1) == 0.0
-    assert hw.all_reduce(1e9, 4) == pytest.approx(2 * 3 / 4 + 6e-5)
-    assert hw.all_gather(1e9, 4) == pytest.approx(3 / 4 + 3e-5)
+    assert hw.all_reduce(1e9, 4) == pytest.approx(2 * 3 / 4 + 6e-5 + 1e-3)
+    assert hw.all_gather(1e9, 4) == pytest.approx(3 / 4 + 3e-5 + 1e-3)
+    assert hw.send(1e9) == pytest.approx(1 + 1e-5 + 1e-3)
     assert redistribution_time(hw, "P", "R", 1e9, 4) == hw.all_reduce(1e9, 4)
     assert redistribution_time(hw, "R", "R", 1e9, 4) == 0.0
 

@@ -1,5 +1,6 @@
-"""Distributed checkpoints of a tensor-parallel network with Momentum (optionally ZeRO-sharded state).
-argv: out mode first_step steps mp zero ckdir
+"""Distributed checkpoints of a tensor-parallel network with Momentum or AdamW (optionally
+ZeRO-sharded state). argv: out mode first_step steps mp zero optimizer ckdir
+  zero: "zero" (state sharded over the data-parallel group) or "plain"; optimizer: momentum | adamw
   train:    train steps [first_step, first_step + steps), then save a distributed checkpoint to ckdir
   resume:   load ckdir (saved under any layout), train the steps, save nothing
   strategy: only write this layout's strategy file to ckdir/strategy.json
@@ -13,6 +14,7 @@ from _common import comm, ms, out_dir, save
 from _models import BATCH, T, VOCAB, TinyGPT
 from core.communication import all_gather_object
 from core.nn.cell import Cell
+from core.nn.optim.adam import AdamW
 from core.nn.optim.sgd import Momentum
 from core.parallel import DistributedGradReducer, ParallelOptimizer, parallel_groups, set_auto_parallel_context
 from core.parallel.checkpoint import load_distributed_checkpoint, save_distributed_checkpoint, save_strategy
@@ -20,10 +22,13 @@ from core.parallel.layout import assemble
 
 
 class TrainStep(Cell):
-    def __init__(self, net, groups, zero):
+    def __init__(self, net, groups, zero, optimizer):
         super().__init__(auto_prefix=False)
         self.net = net
-        opt = Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        if optimizer == "adamw":  # the transformer kit's optimizer: bias correction + decoupled decay
+            opt = AdamW(net.trainable_params(), learning_rate=0.01, weight_decay=0.1, eps=1e-6)
+        else:
+            opt = Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
         self.optimizer = ParallelOptimizer(opt, group=groups.data) if zero else opt
         self.reducer = None if zero else DistributedGradReducer(net.trainable_params(), group=groups.data)
         self.grad_fn = ms.value_and_grad(net, None, net.trainable_params())
@@ -36,12 +41,13 @@ class TrainStep(Cell):
 
 out, mode, first, steps, mp, zero = out_dir(), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), \
     sys.argv[6] == "zero"
-ckdir = sys.argv[7] if len(sys.argv) > 7 else None
+optimizer = sys.argv[7]
+ckdir = sys.argv[8] if len(sys.argv) > 8 else None
 comm.init()
 set_auto_parallel_context(parallel_mode="hybrid_parallel", model_parallel=mp)
 groups = parallel_groups()
 ms.set_seed(0)
-step = TrainStep(TinyGPT(groups), groups, zero)
+step = TrainStep(TinyGPT(groups), groups, zero, optimizer)
 if mode == "strategy":
     save_strategy(step, f"{ckdir}/strategy.json")
 if mode == "resume":

@@ -1,0 +1,62 @@
+"""The train path under semi_auto_parallel / auto_parallel: no manual wrapping.
+
+A MindSpore user writes
+
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    ms.communication.init()
+    net = Net()                                    # ops inside carry .shard(...) strategies
+    Model(net, loss, opt).train(1, dataset)        # or nn.TrainOneStepCell(WithLossCell(...), opt)
+
+`nn.TrainOneStepCell` (which `Model` builds) passes its network through `plan_train_network`:
+under those modes, on more than one rank, the network is run by a `SemiAutoParallelCell` over
+the world whose inputs are this rank's block of the global batch (the dataset is sharded by
+`context.data_shard`; with `full_batch=True` or `dataset_strategy="full_batch"` every rank
+passes the whole batch). The ops'
+strategies cut the work; ops without one follow the layouts of their inputs (auto_parallel with
+a search mode other than sharding_propagation lets the cost model split the matrix products).
+Parameters keep their whole storage on every rank, so checkpoints, evaluation and prediction
+work unchanged; `spmd.shard_parameters` cuts the storage for those who want the memory back.
+"""
+from ..errors import ParallelConfigError
+from .context import get_auto_parallel_context, get_parallel_mode
+
+PLANNED_MODES = ("semi_auto_parallel", "auto_parallel")
+_DATASET_STRATEGIES = ("data_parallel", "full_batch")
+
+
+def manages_own_parallelism(network):
+    """True when `network` already runs sharded or pipelined itself: it holds a
+    SemiAutoParallelCell, a PipelineCell, or Megatron layers built over `ParallelGroups`."""
+    from ..communication import ParallelGroups
+    from .pipeline import PipelineCell
+    from .spmd import SemiAutoParallelCell
+    for _, cell in network.cells_and_names():
+        if isinstance(cell, (SemiAutoParallelCell, PipelineCell)):
+            return True
+        if isinstance(getattr(cell, "groups", None), ParallelGroups):
+            return True
+    return False
+
+
+def plan_train_network(network):
+    """`network` as one training step should run it under the parallel context: itself when
+    stand-alone, data parallel, hybrid, on one rank, or when it manages its own parallelism;
+    else wrapped in a `SemiAutoParallelCell` over the world with batch-sharded inputs."""
+    mode = get_parallel_mode()
+    if mode not in PLANNED_MODES:
+        return network
+    from .. import communication as comm
+    if comm.get_group_size() <= 1 or manages_own_parallelism(network):
+        return network
+    stages = get_auto_parallel_context("pipeline_stages")
+    if stages > 1:
+        raise ParallelConfigError(
+            f"parallel_mode={mode} with pipeline_stages={stages} needs the stages spelled out: set each "
+            f"Cell's pipeline_stage and train PipelineTrainOneStepCell(PipelineCell(net, loss_fn), optimizer) "
+            f"instead of TrainOneStepCell / Model(net, loss_fn, optimizer)")
+    strategy = get_auto_parallel_context("dataset_strategy")
+    if strategy not in _DATASET_STRATEGIES:
+        raise ParallelConfigError(f"dataset_strategy={strategy!r} is not supported; use 'data_parallel' "
+                                  f"(each rank reads its block of the batch) or full_batch=True")
+    from .spmd import BATCH, SemiAutoParallelCell
+    return SemiAutoParallelCell(network, input_strategy=BATCH)

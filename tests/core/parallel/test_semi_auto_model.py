@@ -1,0 +1,87 @@
+"""semi_auto_parallel / auto_parallel through the MindSpore user's path: context + `.shard()` on
+ops + `Model(...).train`, no manual wrapping; each rank reads its block of the batch (or the
+whole batch with full_batch) and the trained weights equal one process's."""
+import numpy as np
+import pytest
+
+from core import nn
+from core.errors import ParallelConfigError
+from core.parallel import auto_wrap, reset_auto_parallel_context, set_auto_parallel_context
+from core.parallel.spmd import SemiAutoParallelCell, batch_layout
+from core.parallel.context import data_shard
+
+from ._mpi import load_ranks, run_mpi, run_single
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    cache = {}
+
+    def get(net, mode):
+        if (net, mode) not in cache:
+            path = tmp_path_factory.mktemp(f"single-{net}-{mode}")
+            run_single("semi_model.py", path, STEPS, net, mode)
+            cache[(net, mode)] = load_ranks(path, 1)[0]
+        return cache[(net, mode)]
+    return get
+
+
+@pytest.mark.parametrize("n,net,mode", [(2, "mlp", "semi"), (4, "mlp", "semi"), (2, "mlp", "full"),
+                                        (2, "mlp", "auto"), (2, "attn", "semi"), (4, "attn", "semi"),
+                                        (2, "attn", "zero")])
+def test_model_train_under_semi_auto_matches_one_process(tmp_path, single, n, net, mode):
+    want = single(net, mode)
+    assert not bool(want["wrapped"])  # one process: nothing to plan
+    run_mpi("semi_model.py", n, tmp_path, STEPS, net, mode, timeout=60)
+    for r, got in enumerate(load_ranks(tmp_path, n)):
+        assert bool(got["wrapped"]), f"rank {r}: Model did not plan the network"
+        if mode in ("semi", "zero"):
+            assert int(got["gathered"]) > 0  # strategies that disagree with the batch split were followed
+        for key in want:
+            if key in ("wrapped", "gathered"):
+                continue
+            np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-5, err_msg=f"rank {r}: {key}")
+
+
+@pytest.fixture
+def fake_world(monkeypatch):
+    """Pretend to be rank 0 of 4 for the arithmetic of the planner (no collective is made)."""
+    from core import communication
+    monkeypatch.setattr(communication, "get_group_size", lambda group=None: 4)
+    yield
+    reset_auto_parallel_context()
+
+
+def test_the_batch_layout_gives_each_rank_the_dataset_shard_it_reads(fake_world):
+    for mp in (1, 2, 4):
+        set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=4, model_parallel=mp)
+        for rank in range(4):
+            set_auto_parallel_context(global_rank=rank)
+            shards, shard_id = data_shard()
+            layout = batch_layout((3, 5), tuple(range(4)), 4 // mp)
+            assert layout.global_shape == (3 * shards, 5)
+            assert layout.block_index(rank) == (shard_id, 0)
+
+
+def test_pipeline_stages_without_a_pipeline_cell_fail_naming_the_keys(fake_world):
+    set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=2)
+    net = nn.WithLossCell(nn.Dense(4, 2), nn.MSELoss())
+    with pytest.raises(ParallelConfigError, match=r"parallel_mode=semi_auto_parallel with pipeline_stages=2 .*"
+                                                  r"PipelineTrainOneStepCell\(PipelineCell"):
+        nn.TrainOneStepCell(net, nn.SGD(net.trainable_params(), 0.1))
+
+
+def test_the_network_is_wrapped_once_and_only_under_the_planned_modes(fake_world):
+    net = nn.WithLossCell(nn.Dense(4, 2), nn.MSELoss())
+    assert auto_wrap.plan_train_network(net) is net  # stand-alone
+    set_auto_parallel_context(parallel_mode="data_parallel")
+    assert auto_wrap.plan_train_network(net) is net
+    set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    planned = auto_wrap.plan_train_network(net)
+    assert isinstance(planned, SemiAutoParallelCell) and planned.network is net
+    assert auto_wrap.plan_train_network(planned) is planned  # already sharded by hand
+    set_auto_parallel_context(dataset_strategy=((4, 1), (4, 1)))
+    with pytest.raises(ParallelConfigError, match="dataset_strategy"):
+        auto_wrap.plan_train_network(net)
