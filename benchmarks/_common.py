@@ -57,13 +57,15 @@ def peer_python():
 
 
 def run_peer(script, args=()):
-    """Run ../shared/peers/<script> and return the JSON lines it prints (dicts)."""
+    """Run ../shared/peers/<script> (or a script given by absolute path, e.g. benchmarks/peers/...)
+    and return the JSON lines it prints (dicts)."""
     python = peer_python()
     if python is None:
         raise RuntimeError("no peer interpreter: set MSTRAIN_PEER_PYTHON or create /work/.venv-torch")
-    if not (PEERS / script).exists():
-        raise RuntimeError(f"peer script {PEERS / script} not found")
-    result = subprocess.run([python, script, *args], cwd=PEERS, capture_output=True, text=True)
+    path = Path(script) if Path(script).is_absolute() else PEERS / script
+    if not path.exists():
+        raise RuntimeError(f"peer script {path} not found")
+    result = subprocess.run([python, str(path), *args], cwd=path.parent, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"peer {script} failed ({result.returncode}):\n{result.stderr[-2000:]}")
     lines = [json.loads(x) for x in result.stdout.splitlines() if x.startswith("{")]

@@ -9,7 +9,8 @@ Workloads (float32):
 Each is traced once and compiled twice, with and without fusion; speed is the median time of one
 execution of the compiled plan (inputs already loaded). Quality: the largest absolute difference
 between the fused and the numpy outputs (the dropout runs draw the same masks).
-Goal (the graph helper's brief): fused at least 2x faster than unfused numpy for both.
+Goal: fused at least 2x faster than unfused numpy for both, and not slower than PyTorch eager:
+`--peer` runs benchmarks/peers/fusion_torch.py in the peer interpreter and adds ratio lines.
 """
 import argparse
 import sys
@@ -70,7 +71,9 @@ def measure(fn, arrays, repeats):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--peer", action="store_true", help="also time the same workloads in PyTorch eager")
     args = parser.parse_args()
+    fused_lines = {}
     for fn, arrays in workloads():
         times, diff, stats = measure(fn, arrays, args.repeats)
         for mode in ("unfused", "fused"):
@@ -78,8 +81,15 @@ def main():
             if mode == "fused":
                 extra.update(speedup_vs_unfused=round(times["unfused"] / times["fused"], 3),
                              fused_kernels=stats["fused"], kernels=stats["kernels"])
-            _common.emit(_common.record("fusion", fn.__name__, mode, "ms_per_call", times[mode] * 1e3,
-                                        "max_abs_diff_vs_unfused", diff, **extra))
+            line = _common.record("fusion", fn.__name__, mode, "ms_per_call", times[mode] * 1e3,
+                                  "max_abs_diff_vs_unfused", diff, **extra)
+            _common.emit(line)
+            fused_lines[fn.__name__] = line
+    if args.peer:
+        peer_script = Path(__file__).resolve().parent / "peers" / "fusion_torch.py"
+        for peer in _common.run_peer(str(peer_script), ["--repeats", str(args.repeats)]):
+            ours = fused_lines[peer["name"]]
+            _common.emit(_common.ratio(ours, peer, faster_than_peer=round(peer["speed"] / ours["speed"], 3)))
 
 
 if __name__ == "__main__":
