@@ -10,15 +10,12 @@ Speed: median wall time of the training steps (forward + backward + Adam) of eve
 stopping epoch, mean (and std) over the seeds.
 
 One JSON line per implementation; with --peer the PyG and plain-PyTorch peers run right after in
-the peer Python (MSTRAIN_PEER_PYTHON, else /work/.venv-torch/bin/python) and a ratio line follows
-(speed_ratio = mstrain ms / peer ms: below 1 is faster).
+the peer Python (see benchmarks/_common.py: MSTRAIN_PEER_PYTHON, else /work/.venv-torch) and a
+ratio line follows each (speed_ratio = mstrain ms / peer ms: below 1 is faster).
 """
 import argparse
-import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,9 +28,10 @@ PEER_ENV = dict(os.environ)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-REPO = Path(__file__).resolve().parents[1]
-PEERS = REPO.parent / "shared" / "peers"
-WARMUP = 5
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import REPO, WARMUP, emit, ratio, record, run_peer  # noqa: E402
+
 WORKLOADS = {"gcn": ("W3a", "gcn-cora"), "gat": ("W3b", "gat-cora")}
 CPP_KERNELS = ("graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_gat_attention", "graph_gat_attention_backward",
                "segment_sum", "adam_update")
@@ -50,64 +48,45 @@ def _mstrain_line(model, seeds, first_seed):
     steps = [h["step_ms"] for run in runs for h in run["history"]][WARMUP:]
     accuracies = [run["test_acc"] for run in runs]
     workload, name = WORKLOADS[model]
-    return {
-        "workload": workload, "name": name, "impl": "mstrain", "mode": "eager",
-        "speed_metric": "ms_per_epoch", "speed": round(statistics.median(steps), 6),
-        "quality_metric": "test_acc_mean", "quality": round(statistics.mean(accuracies), 6),
-        "test_acc_std": round(statistics.pstdev(accuracies), 6),
-        "test_acc_per_seed": [round(a, 4) for a in accuracies], "seeds": seeds, "seed": first_seed,
-        "epochs_mean": statistics.mean(run["epochs"] for run in runs),
-        "tested_epoch_mean": statistics.mean(run["tested_epoch"] for run in runs),
-        "warmup_steps": WARMUP, "timed_steps": len(steps), "cpp_kernels": [k for k in CPP_KERNELS if kernels.available(k)],
-        "python": platform.python_version(), "blas_threads": os.environ["OPENBLAS_NUM_THREADS"],
-        "omp_threads": os.environ.get("OMP_NUM_THREADS", str(os.cpu_count())),
-    }
+    return record(workload, name, "eager", "ms_per_epoch", statistics.median(steps), "test_acc_mean",
+                  statistics.mean(accuracies), test_acc_std=round(statistics.pstdev(accuracies), 6),
+                  test_acc_per_seed=[round(a, 4) for a in accuracies], seeds=seeds, seed=first_seed,
+                  epochs_mean=statistics.mean(run["epochs"] for run in runs),
+                  tested_epoch_mean=statistics.mean(run["tested_epoch"] for run in runs),
+                  warmup_steps=WARMUP, timed_steps=len(steps),
+                  cpp_kernels=[k for k in CPP_KERNELS if kernels.available(k)],
+                  blas_threads=os.environ["OPENBLAS_NUM_THREADS"],
+                  omp_threads=os.environ.get("OMP_NUM_THREADS", str(os.cpu_count())))
 
 
-def _peer_python():
-    explicit = os.environ.get("MSTRAIN_PEER_PYTHON")
-    if explicit:
-        return explicit
-    default = Path("/work/.venv-torch/bin/python")
-    return str(default) if default.exists() else None
-
-
-def _peer_line(script, seeds, first_seed):
-    python = _peer_python()
-    if python is None:
-        return {"peer": script, "error": "no peer Python: set MSTRAIN_PEER_PYTHON (see peers/README.md)"}
-    command = [python, str(PEERS / script), "--seeds", str(seeds), "--seed", str(first_seed),
-               "--data-dir", str(REPO / "data")]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=str(PEERS), env=PEER_ENV)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"peer": script, "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    return json.loads(lines[-1])
-
-
-def _ratio_line(ours, peer):
-    return {"workload": ours["workload"], "name": ours["name"], "ratio": f"mstrain/{peer['peer']}",
-            "speed_metric": ours["speed_metric"], "speed_ratio": round(ours["speed"] / peer["speed"], 4),
-            "mstrain_speed": ours["speed"], "peer_speed": peer["speed"],
-            "quality_diff": round(ours["quality"] - peer["quality"], 6)}
+def _run_peers(model, ours, seeds, first_seed):
+    """Each peer in the environment this script started with, then its ratio line."""
+    os.environ.clear()
+    os.environ.update(PEER_ENV)  # our BLAS/OpenMP settings are already applied; the peers get none of them
+    for script in (f"{model}_cora_pyg.py", f"{model}_cora_torch.py"):
+        try:
+            lines = run_peer(script, ["--seeds", str(seeds), "--seed", str(first_seed),
+                                      "--data-dir", str(REPO / "data")])
+        except RuntimeError as exc:
+            emit({"workload": ours["workload"], "name": ours["name"], "peer": script,
+                  "error": str(exc).strip().splitlines()[-1]})
+            continue
+        for peer in lines:
+            emit(ratio(ours, peer, peer_impl=peer.get("peer"),
+                       quality_diff=round(ours["quality"] - peer["quality"], 6)))
 
 
 def main(model, argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if model == "gcn" else
-                                     f"{WORKLOADS[model][0]} {WORKLOADS[model][1]} benchmark")
+    workload, name = WORKLOADS[model]
+    parser = argparse.ArgumentParser(description=f"{workload} {name}: ms per training epoch and test accuracy")
     parser.add_argument("--seeds", type=int, default=10, help="models trained, one per seed (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="first seed")
     parser.add_argument("--peer", action="store_true", help="also run the PyG and PyTorch peers and print ratios")
     args = parser.parse_args(argv)
     ours = _mstrain_line(model, args.seeds, args.seed)
-    print(json.dumps(ours), flush=True)
-    if not args.peer:
-        return 0
-    for script in (f"{model}_cora_pyg.py", f"{model}_cora_torch.py"):
-        peer = _peer_line(script, args.seeds, args.seed)
-        print(json.dumps(peer), flush=True)
-        if "error" not in peer:
-            print(json.dumps(_ratio_line(ours, peer)), flush=True)
+    emit(ours)
+    if args.peer:
+        _run_peers(model, ours, args.seeds, args.seed)
     return 0
 
 

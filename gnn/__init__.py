@@ -1,0 +1,40 @@
+"""mstrain GNN kit: graph data (Planetoid), message passing, GCN and GAT, neighbour sampling.
+
+A whole experiment, as the papers ran it (defaults of `gnn.settings_for(model)`, any overridable):
+
+    import gnn
+    result = gnn.train_node_classification(model="gcn", dataset="cora", root="data/planetoid", seed=0)
+    result["test_acc"], result["epochs"], result["history"][-1]
+
+The same in a few lines of your own:
+
+    import core as ms
+    from core import nn
+    from gnn import GCN, Planetoid, NodeClassificationTrainer
+    graph = Planetoid("data/planetoid", "cora")[0]
+    model = GCN(graph.num_features, 16, graph.num_classes)
+    trainer = NodeClassificationTrainer(model, graph, nn.Adam(model.trainable_params(), learning_rate=0.01,
+                                                              weight_decay=5e-4))
+    for epoch in range(200):
+        loss = trainer.train_epoch()
+        val_loss, val_acc = trainer.evaluate(graph.val_mask)
+    test_loss, test_acc = trainer.evaluate(graph.test_mask)
+"""
+from .sparse import SparseMatrix, SparsePattern
+from .graph import Graph, add_self_loops, gcn_norm, remove_self_loops
+from .planetoid import DatasetFormatError, Planetoid, load_planetoid
+from .conv import (AGGREGATIONS, GATConv, GCNConv, MessagePassing, SAGEConv, register_aggregation,
+                   resolve_aggregation)
+from .models import GAT, GCN, GraphSAGE, feature_dropout
+from .sampler import NeighborSampler, SampledBatch
+from .train import NodeClassificationTrainer, STOPPING_RULES
+from .experiment import settings_for, train_node_classification
+from . import ops, plot
+
+__all__ = [
+    "SparseMatrix", "SparsePattern", "Graph", "add_self_loops", "remove_self_loops", "gcn_norm",
+    "Planetoid", "load_planetoid", "DatasetFormatError", "MessagePassing", "GCNConv", "GATConv", "SAGEConv",
+    "AGGREGATIONS", "register_aggregation", "resolve_aggregation", "GCN", "GAT", "GraphSAGE",
+    "feature_dropout", "NeighborSampler", "SampledBatch", "NodeClassificationTrainer", "STOPPING_RULES",
+    "train_node_classification", "settings_for", "ops", "plot",
+]
