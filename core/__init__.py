@@ -1,4 +1,5 @@
 """mstrain core: tensors, ops, autodiff, networks, training, data and parallelism."""
+from . import _threads  # noqa: F401  (thread defaults; must run before numpy loads its BLAS)
 from . import dtype
 from .dtype import (  # noqa: F401
     bool_, float16, float32, float64, int8, int16, int32, int64, uint8, float_, half, double,

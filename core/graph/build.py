@@ -19,9 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
           "-std=c++17", "-shared", "-fPIC"]
 _LIBS = ["-lmvec"] if sys.platform.startswith("linux") else []
-# Kernel threads sleep as soon as a parallel loop ends instead of spinning: numpy's BLAS threads
-# run between our kernels and must not compete with idle spinners (read when libgomp loads).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Kernel threads sleep when a parallel loop ends (OMP_WAIT_POLICY=PASSIVE): set by core._threads.
 _lock = threading.Lock()
 _loaded = {}  # path -> ctypes library
 

@@ -53,9 +53,6 @@ def _extension_stems():
 def _load_native_table():
     global _native_table
     if _native_table is None:
-        # Idle OpenMP threads sleep instead of spinning: on a shared 2-core machine spinning
-        # threads made small kernels 10-30x slower. Read when libgomp loads; a user's value wins.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         table = {}
         for stem in _extension_stems():
             try:

@@ -1,0 +1,34 @@
+"""Thread defaults, settled before numpy loads its BLAS (imported first by `core/__init__.py`).
+
+- OpenMP threads (our C++ kernels) sleep instead of spinning when idle: spinning workers next to
+  numpy's BLAS threads on a small box made steps tens of times slower.
+- Under `mpiexec -n N` each rank gets cores / local-ranks BLAS and OpenMP threads, as PyTorch's
+  and Horovod's launchers do: N ranks x all cores each oversubscribe the machine and every
+  collective then waits on a descheduled rank.
+A value the user set in the environment always wins.
+"""
+import os
+
+_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")
+_WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _first_int(names):
+    for name in names:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def settle():
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    local = _first_int(_LOCAL_SIZE_VARS) or _first_int(_WORLD_SIZE_VARS)
+    if local and local > 1 and not any(name in os.environ for name in _THREAD_VARS):
+        threads = str(max(1, (os.cpu_count() or 1) // local))
+        for name in _THREAD_VARS:
+            os.environ[name] = threads
+
+
+settle()
