@@ -87,6 +87,20 @@ def _default_loss_scale_manager(level):
     return DynamicLossScaleManager() if level == "O2" else None
 
 
+def _pipeline_train_network(network, optimizer, loss_fn, level, manager):
+    """A PipelineCell (MindSpore's `Model(PipelineCell(net, loss, M), optimizer=opt)`) trains with
+    its own 1F1B step; None for any other network."""
+    from .errors import ParallelConfigError
+    from .parallel.pipeline import PipelineCell, PipelineTrainOneStepCell
+    if not isinstance(network, PipelineCell):
+        return None
+    if loss_fn is not None or level != "O0" or manager is not None:
+        raise ParallelConfigError("a PipelineCell holds its own loss and trains in float32 without loss "
+                                  "scaling: pass Model(pipeline_cell, optimizer=opt) with no loss_fn, "
+                                  "amp_level or loss_scale_manager")
+    return PipelineTrainOneStepCell(network, optimizer)
+
+
 def build_train_network(network, optimizer, loss_fn=None, level="O0", boost_level="O0", **kwargs):
     """The train cell Model uses: mixed precision per `level`, `loss_fn` attached (in float32),
     and a loss-scaled step when a loss scale manager is given (O2 defaults to dynamic scaling).
@@ -107,6 +121,9 @@ def build_train_network(network, optimizer, loss_fn=None, level="O0", boost_leve
         manager = _default_loss_scale_manager(level)
     elif not isinstance(manager, LossScaleManager):
         raise TypeError(f"loss_scale_manager must be a LossScaleManager, got {type(manager).__name__}")
+    pipeline = _pipeline_train_network(network, optimizer, loss_fn, level, manager)
+    if pipeline is not None:
+        return pipeline
     network = auto_mixed_precision(network, level, keep_batchnorm_fp32=kwargs.get("keep_batchnorm_fp32"))
     loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
     if manager is None:

@@ -31,6 +31,7 @@ from .graph.compiler import compile_graph
 from .graph.executor import ResidentChanged
 from .graph.trace import Tracer, active_tracer, tracing
 from .log import get_logger
+from .random import get_rng_state, set_rng_state
 from .tensor import Parameter, Tensor
 
 _log = get_logger("graph")
@@ -216,9 +217,22 @@ class JitFunction:
                 del self._cache[key]
         return self._compile(key, args, kwargs, keep)
 
-    def _compile(self, key, args, kwargs, keep):
+    def compile_without_running(self, *args, **kwargs):
+        """Trace and compile for these arguments, leaving no effect of the traced call: the state
+        it wrote in place (Parameters, optimizer state) and the random stream are put back. The
+        next call then runs the compiled graph from the same state as the eager call would have."""
+        if self.input_signature is not None:
+            self._check_signature(args, kwargs)
+        leaves, keep = [], []
+        key = (_flatten(args, leaves, keep), _flatten(kwargs, leaves, keep),
+               self.phase() if self.phase else None)
+        if key not in self._cache:
+            self._compile(key, args, kwargs, keep, undo=True)
+
+    def _compile(self, key, args, kwargs, keep, undo=False):
         start = time.perf_counter()
         tracer = Tracer(self.name)
+        rng_state = get_rng_state() if undo else None
         inputs = []
 
         def as_input(x):
@@ -236,6 +250,9 @@ class JitFunction:
         finally:
             _CONTEXT.cell_runner = runner
         graph = tracer.finish(output_nodes)
+        if undo:
+            tracer.rollback()
+            set_rng_state(rng_state)
         traced_nodes = len(graph.nodes)
         graph, executable = compile_graph(graph)
         self._cache[key] = _Compiled(graph, executable, structure, keep)
@@ -282,8 +299,14 @@ _cell_functions = weakref.WeakKeyDictionary()
 
 
 def run_cell(cell, args, kwargs):
-    """`Cell.__call__` in GRAPH_MODE: the Cell's call, compiled once per signature and phase."""
-    if active_tracer() is not None or _autograd.state.recording:
+    """`Cell.__call__` in GRAPH_MODE: the Cell's call, compiled once per signature and phase.
+
+    A Cell holding a Cell class with `_graph_mode_eager = True` (one that takes host decisions on
+    tensor values at every call: the loss-scaled step skipping the update on overflow, the
+    semi-auto interpreter, pipeline sends) runs eagerly, as in the sink runner, instead of
+    failing to trace.
+    """
+    if active_tracer() is not None or _autograd.state.recording or _runs_eagerly(cell):
         runner, _CONTEXT.cell_runner = _CONTEXT.cell_runner, None
         try:
             return type(cell).__call__(cell, *args, **kwargs)
@@ -299,6 +322,17 @@ def run_cell(cell, args, kwargs):
                                phase=lambda: bool(getattr(cell_ref(), "training", False)))
         _cell_functions[cell] = function
     return function(*args, **kwargs)
+
+
+_eager_cells = weakref.WeakKeyDictionary()
+
+
+def _runs_eagerly(cell):
+    eager = _eager_cells.get(cell)
+    if eager is None:
+        eager = any(getattr(c, "_graph_mode_eager", False) for _, c in cell.cells_and_names())
+        _eager_cells[cell] = eager
+    return eager
 
 
 def cell_compile_count(cell):

@@ -79,6 +79,7 @@ class Executable:
         for n in owned:
             arrays[id(n)] = self.memory.buffer(blocks, n)
         plan, plan_nodes = [], []
+        self.copied_bytes = 0
         for node in self.graph.nodes:
             if id(node) in views:
                 arrays[id(node)] = views[id(node)][0](arrays)
@@ -187,6 +188,7 @@ class Executable:
             if kernel is not None:
                 _attach_gemm(kernel, node, ins, outs[0])
                 return kernel
+        self.copied_bytes += sum(o.nbytes for o in outs if isinstance(o, np.ndarray))
         return lowering.impl_kernel(node, ins, outs)
 
     # -- running ----------------------------------------------------------------------------------
@@ -238,9 +240,11 @@ class Executable:
         return result
 
     def stats(self):
-        """Counts for logs and benchmarks."""
+        """Counts for logs and benchmarks. copied_bytes: what one step copies from primitives' own
+        results into planned buffers (ops with no `out=` kernel), a cost eager does not pay."""
         return {"kernels": len(self.plan), "fused": self.graph.count("fused"),
-                "planned_bytes": self.memory.planned_bytes, "unplanned_bytes": self.memory.naive_bytes}
+                "planned_bytes": self.memory.planned_bytes, "unplanned_bytes": self.memory.naive_bytes,
+                "copied_bytes": self.copied_bytes}
 
 
 def _view_builder(node, index):

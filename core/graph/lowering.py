@@ -102,6 +102,60 @@ def _dense_weight_grad(node, ins, out):
     return partial(np.matmul, g.T, x, out)
 
 
+def _zeroed(scatter):
+    """A scatter-add into zeros: clear `out`, then add into it (what np.zeros + the scatter does)."""
+    def build(node, ins, out):
+        add = scatter(node, ins, out)
+        if add is None:
+            return None
+        return _sequence(partial(out.fill, 0), add)
+    return build
+
+
+def _take_mode(node):
+    """np.take's mode: 'raise' buffers its output (a temporary per run); an index fixed at trace time
+    was already checked by the eager run, so 'wrap' (the same for every in-range index) is safe."""
+    return "wrap" if node.inputs[1].op == "const" else "raise"
+
+
+def _gather(node, ins, out):
+    x, indices = ins
+    if not isinstance(x, np.ndarray) or not isinstance(indices, np.ndarray) or indices.dtype.kind not in "iu":
+        return None
+    return partial(np.take, x, indices, node.attrs.get("axis", 0), out, _take_mode(node))
+
+
+@_zeroed
+def _segment_sum(node, ins, out):
+    x, ids = ins
+    if not isinstance(x, np.ndarray) or not isinstance(ids, np.ndarray):
+        return None
+    from ..ops._scatter import scatter_add_rows
+    from ..ops.indexing import _check_segments
+    flat = ids.reshape(-1)
+    rows = x.reshape((flat.size,) + x.shape[ids.ndim:])
+    num_segments = node.attrs["num_segments"]
+    add = partial(scatter_add_rows, out, flat, rows)
+    if node.inputs[1].op == "const":  # checked by the eager run at trace time
+        return add
+    return _sequence(partial(_check_segments, flat, num_segments), add)
+
+
+@_zeroed
+def _gather_backward(node, ins, out):
+    g, indices = ins
+    if len(out.shape) == 0 or node.attrs.get("axis", 0) % out.ndim != 0 or not isinstance(g, np.ndarray):
+        return None
+    from ..ops._scatter import scatter_add_rows
+    return partial(scatter_add_rows, out, indices, g)
+
+
+def _concat(node, ins, out):
+    if not all(isinstance(x, np.ndarray) for x in ins):
+        return None
+    return partial(np.concatenate, ins, node.attrs.get("axis", 0), out)
+
+
 OUT_KERNELS = {
     "add": _ufunc(np.add), "sub": _ufunc(np.subtract), "mul": _ufunc(np.multiply),
     "div": _ufunc(np.true_divide), "pow": _ufunc(np.power), "maximum": _keyword_out(np.maximum),
@@ -119,6 +173,8 @@ OUT_KERNELS = {
     "min": _ufunc_reduction(np.minimum), "prod": _ufunc_reduction(np.multiply), "sum_to": _sum_to,
     "dense": _dense, "dense_no_bias": _dense,
     "dense_weight_grad": _dense_weight_grad,
+    "gather": _gather, "unsorted_segment_sum": _segment_sum, "gather_backward": _gather_backward,
+    "concat": _concat,
 }
 
 

@@ -2,10 +2,10 @@
 
 `GraphSinkRunner(train_network).run(batches)` runs one step per batch (each batch a tuple of
 arrays, the network's inputs) and returns the loss of every step. The step — forward, loss,
-backward and optimizer update — is traced on its first batch of a given signature (that first
-step runs eagerly while it is traced) and compiled into a flat plan of kernels over planned
-buffers (graph sink); the following steps run that plan back to back without returning to the
-caller (loop sink). Eager and sink training from the same seed give the same losses.
+backward and optimizer update — is traced on its first batch of a given signature (the trace's
+in-place writes and random draws are then undone) and compiled into a flat plan of kernels over
+planned buffers (graph sink); every step, the first included, runs that plan back to back without
+returning to the caller (loop sink), so a resumed run repeats an uninterrupted one bit for bit. Eager and sink training from the same seed give the same losses.
 
 A network whose step cannot be traced (it takes Python decisions on tensor values, e.g. loss
 scaling that skips updates on overflow) runs eagerly step by step, after a warning.
@@ -85,13 +85,14 @@ class GraphSinkRunner:
         """Run batches of one signature; returns {index: output} of the steps run eagerly."""
         eager, first = {}, 0
         entry = None if self._eager else self._entry(batches[0])
-        if entry is None and not self._eager:  # not compiled yet: the first step traces (and runs) it
-            out = self._first_step(batches[0])
-            if self._eager:
-                eager[0] = out
-            losses[0] = _loss_number(out)
-            first = 1
+        if entry is None and not self._eager:  # not compiled yet: trace it, then run it compiled
+            out = self._compile(batches[0])
             entry = None if self._eager else self._entry(batches[0])
+            if out is not None or entry is None:  # the step runs eagerly
+                out = self.network(*[Tensor._wrap(a) for a in batches[0]]) if out is None else out
+                eager[0] = out
+                losses[0] = _loss_number(out)
+                first = 1
         if entry is None:
             for k in range(first, len(batches)):
                 eager[k] = self.network(*[Tensor._wrap(a) for a in batches[k]])
@@ -107,9 +108,13 @@ class GraphSinkRunner:
         key = (_flatten(args, leaves, keep), _flatten({}, leaves, keep), self._function.phase())
         return self._function._cache.get(key)
 
-    def _first_step(self, batch):
+    def _compile(self, batch):
+        """Trace the step on `batch` with its effects undone (so even the first step's numbers are
+        the compiled plan's: a run resumed from a checkpoint repeats an uninterrupted one bit for
+        bit). A step that cannot be traced runs eagerly instead: returns its output, else None."""
         try:
-            return self._function(*[Tensor._wrap(a) for a in batch])
+            self._function.compile_without_running(*[Tensor._wrap(a) for a in batch])
+            return None
         except TracingError as exc:
             warnings.warn(f"GraphSinkRunner: {type(self.network).__name__} cannot be compiled ({exc}); "
                           "its steps run eagerly")

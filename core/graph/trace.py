@@ -46,9 +46,24 @@ def user_location():
     return "<unknown location>"
 
 
+def _core_location():
+    """' (inside core/...:line, in function)' when the innermost frame outside numpy and this module
+    is mstrain's own code (the user's line alone would hide which core call cannot be traced)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not (name == os.path.abspath(__file__) or name.startswith(_NUMPY_DIR) or name.startswith("<")):
+            if not name.startswith(_CORE_DIR):
+                return ""
+            where = os.path.relpath(name, os.path.dirname(os.path.dirname(_CORE_DIR)))
+            return f" (inside {where}:{frame.f_lineno}, in {frame.f_code.co_name})"
+        frame = frame.f_back
+    return ""
+
+
 def _escape(what):
     """The error for Python code reading a traced tensor's values."""
-    where = user_location()
+    where = user_location() + _core_location()
     return TracingError(
         f"graph mode: {what} needs the value of a traced tensor at {where}. A compiled graph cannot "
         "replay Python decisions on tensor values: express it with ops (ops.where, ops.select, "

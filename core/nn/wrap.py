@@ -134,6 +134,9 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
     `update(overflow)` (see core.train.loss_scale). Returns (loss, overflow, S used this step).
     """
 
+    # skipping the update on overflow is a host decision: GRAPH_MODE runs this eagerly (core.jit.run_cell)
+    _graph_mode_eager = True
+
     def __init__(self, network, optimizer, scale_sense):
         super().__init__(network, optimizer)
         if isinstance(scale_sense, Tensor):

@@ -52,7 +52,7 @@ def plan_train_network(network):
     if stages > 1:
         raise ParallelConfigError(
             f"parallel_mode={mode} with pipeline_stages={stages} needs the stages spelled out: set each "
-            f"Cell's pipeline_stage and train PipelineTrainOneStepCell(PipelineCell(net, loss_fn), optimizer) "
+            f"Cell's pipeline_stage and train Model(PipelineCell(net, loss_fn, micro_batch_num), optimizer=opt) "
             f"instead of TrainOneStepCell / Model(net, loss_fn, optimizer)")
     strategy = get_auto_parallel_context("dataset_strategy")
     if strategy not in _DATASET_STRATEGIES:

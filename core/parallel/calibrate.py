@@ -397,14 +397,9 @@ def calibrate(ranks=2):
 
 def write_profile(profile, path=None):
     """Write the profile atomically; returns its path."""
+    from .checkpoint import write_json_atomically
     path = Path(path) if path is not None else profile_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(profile, handle, indent=1, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_json_atomically(path, profile)
     _cached.pop(str(path), None)
     return path
 

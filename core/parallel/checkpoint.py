@@ -87,7 +87,7 @@ def save_strategy(cell, path, context=None):
         doc = {"format": _FORMAT, "version": 1, "world_size": get_group_size(),
                "context": context if context is not None else _jsonable(auto_parallel_context()),
                "ranks": {str(r): entries for r, entries in enumerate(per_rank)}}
-        _atomic_write_json(path, doc)
+        write_json_atomically(path, doc)
     return per_rank
 
 
@@ -217,7 +217,7 @@ def transform_checkpoints(src_dir, dst_dir, dst_strategy_file, src_strategy_file
         extra = {k: v for k, v in meta.items() if not isinstance(v, np.ndarray)}
         tensors = {k: v for k, v in meta.items() if isinstance(v, np.ndarray)}
         save_checkpoint({**out, **tensors}, str(rank_file(dst_dir, int(rank_key))), append_dict=extra or None)
-    _atomic_write_json(dst_dir / STRATEGY_FILE, dst)
+    write_json_atomically(dst_dir / STRATEGY_FILE, dst)
     return dst_dir
 
 
@@ -260,7 +260,8 @@ def _jsonable(value):
     return value
 
 
-def _atomic_write_json(path, doc):
+def write_json_atomically(path, doc):
+    """Write `doc` as indented JSON to `path` atomically (temp file in the same folder, fsync, rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -13,7 +13,9 @@ import weakref
 import numpy as np
 
 from .. import autograd as _autograd
-from ..communication import get_group, iall_reduce
+from ..communication import all_reduce, get_group, iall_reduce
+from ..graph.trace import active_tracer
+from ..ops import functional as F
 from ..tensor import Tensor
 from .context import data_parallel_group, get_auto_parallel_context
 from .spmd.interpreter import gradient_is_complete
@@ -99,6 +101,8 @@ class DistributedGradReducer:
 
     # -- during backward -------------------------------------------------------------------------
     def _on_grad_ready(self, target, grad):
+        if active_tracer() is not None:  # a traced step reduces in the graph (see _traced_reduce)
+            return
         index = self._position.get(id(target))
         if index is None or target is not self.parameters[index] or index not in self._bucket_of:
             return
@@ -133,6 +137,8 @@ class DistributedGradReducer:
         if self.group.size == 1:
             return tuple(g if isinstance(g, Tensor) else Tensor(g) for g in grads)
         self._refresh_complete()
+        if active_tracer() is not None:
+            return self._traced_reduce(grads)
         self.overlapped_buckets = 0
         for bucket in self.buckets:
             self._start(bucket, grads)
@@ -147,6 +153,16 @@ class DistributedGradReducer:
                 out[index] = Tensor._wrap(flat[offset:offset + numel].reshape(self._shapes[index]))
             bucket.clear()
         self.bytes_reduced = sum(b.size * b.dtype.itemsize for b in self.buckets)
+        return tuple(out)
+
+    def _traced_reduce(self, grads):
+        """Inside a graph trace (a compiled or sunk step): one all_reduce op per gradient, so the
+        compiled plan runs the collectives itself, in the same order on every rank."""
+        out = list(grads)
+        for bucket in self.buckets:
+            for index in bucket.indices:
+                reduced = all_reduce(grads[index], "sum", self.group)
+                out[index] = F.mul(reduced, 1.0 / self.degree) if self.mean else reduced
         return tuple(out)
 
     def _start(self, bucket, grads):

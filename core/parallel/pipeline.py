@@ -62,8 +62,11 @@ class PipelineCell(Cell):
     of `stages` (a SequentialCell or list, in order) whose `pipeline_stage` is its stage; the last
     stage applies `loss_fn(output, labels)`. Parameters keep their names; `trainable_params()`
     lists this stage's only. Stage boundaries carry one Tensor. Defaults: the context's
-    micro_batch_num and `parallel_groups()`. Train it with `PipelineTrainOneStepCell` (which
-    `Model(train_cell)` accepts as its network)."""
+    micro_batch_num and `parallel_groups()`. Train it with `Model(pipeline_cell, optimizer=opt)`
+    (which builds a `PipelineTrainOneStepCell`) or that train cell directly."""
+
+    # 1F1B sends and receives activations between ranks as it goes: GRAPH_MODE runs this eagerly (core.jit.run_cell)
+    _graph_mode_eager = True
 
     def __init__(self, stages, loss_fn, micro_batch_num=None, groups=None):
         super().__init__(auto_prefix=False)
@@ -230,6 +233,12 @@ class PipelineTrainOneStepCell(Cell):
     def __init__(self, pipeline, optimizer, mean=True):
         super().__init__(auto_prefix=False)
         self.pipeline, self.optimizer = pipeline, optimizer
+        local = {id(p) for p in pipeline.trainable_params()}
+        foreign = [p.name for p in optimizer.parameters if id(p) not in local]
+        if foreign:
+            raise ParallelConfigError(
+                f"the optimizer holds parameter {foreign[0]!r}, which is not on pipeline stage "
+                f"{pipeline.groups.stage} of this rank: build it from the PipelineCell's trainable_params()")
         self.reducer = DistributedGradReducer(optimizer.parameters, mean=mean, group=pipeline.groups.data,
                                               overlap=False)
 

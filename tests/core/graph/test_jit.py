@@ -151,3 +151,24 @@ def test_input_signature_checks_calls():
         f(_t(2, 3), _t(4))
     with pytest.raises(TypeError, match="input 0 is float64"):
         f(_t(2, 3, dtype=np.float64), _t(3))
+
+
+def test_graph_mode_trains_with_a_loss_scale_manager():
+    """The loss-scaled step decides on the host whether to update: GRAPH_MODE runs it eagerly
+    (same weights as PYNATIVE_MODE) instead of failing to trace it."""
+    from core.train.loss_scale import FixedLossScaleManager
+
+    def train(mode):
+        ms.set_seed(0)
+        net = nn.Dense(4, 3)
+        step = nn.TrainOneStepWithLossScaleCell(
+            nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
+            scale_sense=FixedLossScaleManager(128.0).get_update_cell())
+        ms.set_context(mode=mode)
+        try:
+            for seed in range(3):
+                step(_t(2, 4, seed=seed), _t(2, 3, seed=seed + 10))
+        finally:
+            ms.set_context(mode=ms.PYNATIVE_MODE)
+        return net.weight.asnumpy()
+    np.testing.assert_array_equal(train(ms.GRAPH_MODE), train(ms.PYNATIVE_MODE))

@@ -22,6 +22,14 @@ CASES = {
     "dense": ([A, RNG.standard_normal((3, 6)).astype(np.float32), B[:3]], {}),
     "dense_no_bias": ([A, RNG.standard_normal((3, 6)).astype(np.float32)], {}),
     "dense_weight_grad": ([RNG.standard_normal((5, 3)).astype(np.float32), A], {}),
+    "gather": ([A, np.array([4, 0, -1, 4, 2])], {"axis": 0}),
+    "gather:axis1": ([A, np.array([[5, 0], [1, 1]])], {"axis": 1}),
+    "unsorted_segment_sum": ([RNG.standard_normal((7, 3)).astype(np.float32), np.array([3, 0, 3, 1, 3, 0, 1])],
+                             {"num_segments": 5}),
+    "unsorted_segment_sum:1d": ([RNG.standard_normal(7), np.array([3, 0, 3, 1, 3, 0, 1])], {"num_segments": 4}),
+    "gather_backward": ([RNG.standard_normal((6, 6)).astype(np.float32), np.array([4, 0, 4, 1, 4, 2])],
+                        {"shape": (5, 6), "axis": 0}),
+    "concat": ([A, A[:2] * 2], {"axis": 0}),
 }
 for _name in ("sum", "mean", "max", "min", "prod"):
     for _axis, _keep in ((None, False), (0, True), (-1, False), ((0, 1), False)):

@@ -117,6 +117,43 @@ def test_unfused_graph_gives_eager_numbers_exactly(kind, monkeypatch):
     np.testing.assert_array_equal(sink, eager)
 
 
+def test_the_first_step_runs_compiled_so_a_restart_repeats_a_run_bit_for_bit():
+    """Tracing undoes its own writes and random draws: a runner that must trace first (a restart)
+    and one that compiled earlier give identical losses and weights from the same state."""
+    from core.random import get_rng_state, set_rng_state
+    batches = _data("block", 12, seed=2)
+    cell = _train_cell("block")
+    warm = GraphSinkRunner(cell)
+    state, rng = _params(cell), get_rng_state()
+    before = warm.run(batches[:1])  # compiles; then put everything back
+    for name, p in cell.parameters_and_names():
+        p.asnumpy()[...] = state[name]
+    set_rng_state(rng)
+    reference = warm.run(batches)
+    reference_params = _params(cell)
+    for name, p in cell.parameters_and_names():
+        p.asnumpy()[...] = state[name]
+    set_rng_state(rng)
+    restarted = GraphSinkRunner(cell)
+    np.testing.assert_array_equal(restarted.run(batches), reference)
+    assert restarted.compile_count == 1 and reference[0] == before[0]
+    for name, value in _params(cell).items():
+        np.testing.assert_array_equal(value, reference_params[name], err_msg=name)
+
+
+def test_compile_without_running_leaves_state_and_random_stream_alone():
+    cell = _train_cell("block")
+    x, y = _data("block", 1)[0]
+    state, rng = _params(cell), ms.random.default_generator().random()
+    ms.set_seed(7)
+    function = GraphSinkRunner(cell)._function
+    function.compile_without_running(ms.Tensor(x), ms.Tensor(y))
+    assert function.compile_count == 1
+    assert ms.random.default_generator().random() == rng
+    for name, value in _params(cell).items():
+        np.testing.assert_array_equal(value, state[name], err_msg=name)
+
+
 def test_sink_recompiles_for_a_new_batch_shape_only():
     cell = _train_cell("mlp")
     runner = GraphSinkRunner(cell)

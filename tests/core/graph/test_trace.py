@@ -92,3 +92,15 @@ def test_shape_reads_are_allowed_while_tracing():
     f = jit(lambda a: a * float(a.shape[0]) + ops.sum(a) * ms.Tensor(np.zeros_like(a._data)))
     out = f(ms.Tensor(np.ones(4, np.float32)))
     np.testing.assert_allclose(out.asnumpy(), 4.0)
+
+
+def test_an_untraceable_core_call_is_named_next_to_the_user_line():
+    from core.nn.wrap import _all_finite  # reads gradient values with numpy: not traceable
+
+    def check(a):
+        return ms.Tensor(np.array(_all_finite([a])))
+    with pytest.raises(TracingError) as info:
+        jit(check)(ms.Tensor(np.ones(2, np.float32)))
+    message = str(info.value)
+    assert f"test_trace.py:{check.__code__.co_firstlineno + 1} (in check)" in message
+    assert "(inside core/nn/wrap.py:" in message and "in _all_finite)" in message

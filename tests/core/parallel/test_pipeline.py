@@ -70,3 +70,27 @@ def test_recompute_gives_the_same_gradients_with_dropout():
     np.testing.assert_array_equal(gx1.asnumpy(), gx2.asnumpy())
     for a, b in zip(gw1, gw2):
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+def test_model_trains_a_pipeline_cell_with_the_1f1b_step():
+    """Model(PipelineCell(net, loss, M), optimizer=opt), as in MindSpore, trains with the
+    pipeline's own step: on one process it is gradient accumulation, equal to the plain step."""
+    import core as ms
+    from core import Model, dataset as ds, nn
+    from core.parallel import PipelineCell
+
+    rng = np.random.default_rng(0)
+    data = {"x": rng.standard_normal((32, 6)).astype(np.float32), "y": rng.integers(0, 3, 32).astype(np.int32)}
+
+    def train(pipelined):
+        ms.set_seed(0)
+        net = nn.SequentialCell([nn.Dense(6, 8), nn.ReLU(), nn.Dense(8, 3)])
+        loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        if pipelined:
+            model = Model(PipelineCell(net, loss, 4), optimizer=nn.SGD(net.trainable_params(), 0.1))
+        else:
+            model = Model(net, loss, nn.SGD(net.trainable_params(), 0.1))
+        model.train(2, ds.NumpySlicesDataset(data, shuffle=False).batch(8))
+        return [p.asnumpy() for p in net.trainable_params()]
+    for got, want in zip(train(True), train(False)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -1,15 +1,20 @@
 """The public training path under the parallel context: nn.TrainOneStepCell / Model with a
-sharded dataset. argv: out steps mode; mode: dp (Model + auto-sharded dataset), zero
-(TrainOneStepCell with enable_parallel_optimizer), semi (semi_auto_parallel, MatMul strategies)."""
+sharded dataset. argv: out steps mode; mode: dp (Model + auto-sharded dataset), dp_sink (the same
+with dataset_sink_mode: the step, all-reduce included, is compiled), zero
+(TrainOneStepCell with enable_parallel_optimizer), semi (semi_auto_parallel, MatMul strategies);
+optional argv[4] "graph": the same in GRAPH_MODE."""
 import sys
 
 from _common import batches, comm, ms, mlp, out_dir, save
 from core import dataset as ds
 from core import nn, ops
+from core.jit import jit_compile_count
 from core.parallel import SemiAutoParallelCell
 
 out, steps, mode = out_dir(), int(sys.argv[2]), sys.argv[3]
 comm.init()
+if sys.argv[4:] == ["graph"]:  # GRAPH_MODE: cells compile where they can, parallel cells run eagerly
+    ms.set_context(mode=ms.GRAPH_MODE)
 n = comm.get_group_size()
 ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel" if mode == "semi" else "data_parallel",
                              enable_parallel_optimizer=mode == "zero", full_batch=mode == "semi")
@@ -20,10 +25,12 @@ if mode == "semi":
 loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
 optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.05, momentum=0.9)
 xs, ys = batches(steps, 32)
-if mode == "dp":
+compiled = 0
+if mode in ("dp", "dp_sink"):
     data = ds.NumpySlicesDataset({"x": xs.reshape(-1, 16), "y": ys.reshape(-1)}, shuffle=False).batch(32 // n)
     model = ms.Model(net, loss_fn, optimizer)
-    model.train(1, data)
+    model.train(1, data, dataset_sink_mode=mode == "dp_sink")
+    compiled = jit_compile_count()
 else:
     class Net(nn.Cell):
         def __init__(self):
@@ -48,4 +55,4 @@ else:
     rank = comm.get_rank() if mode == "zero" else 0
     for i in range(steps):
         step(ms.Tensor(xs[i, rank * per:(rank + 1) * per]), ms.Tensor(ys[i, rank * per:(rank + 1) * per]))
-save(out, **{p.name: p.asnumpy() for p in net.trainable_params()})
+save(out, compiled=compiled, **{p.name: p.asnumpy() for p in net.trainable_params()})
