@@ -7,6 +7,7 @@ from .dtype import (  # noqa: F401
 from .tensor import Parameter, Tensor
 from .autograd import GradOperation, grad, no_grad, value_and_grad
 from . import ops
+from . import fileio  # noqa: F401  (atomic writes, shared by every room that writes files)
 from .random import set_seed, get_seed  # noqa: F401
 from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context  # noqa: E402,F401
 from .jit import jit, jit_compile_count, mutable  # noqa: E402,F401  (graph mode: core.graph)

@@ -8,12 +8,12 @@
 
 PNG files are written atomically (temporary file in the same directory, fsync, os.replace).
 """
-import os
 import struct
-import tempfile
 import zlib
 
 import numpy as np
+
+from core.fileio import write_bytes_atomically
 
 __all__ = ["write_png", "Canvas", "pca_2d", "plot_embeddings", "plot_history", "PALETTE"]
 
@@ -53,24 +53,7 @@ def write_png(path, image):
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
     data = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6))
             + chunk(b"IEND", b""))
-    _atomic_write(path, data)
-
-
-def _atomic_write(path, data):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_", suffix=".png")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a picture is for anyone to look at
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_bytes_atomically(path, data)
 
 
 class Canvas:

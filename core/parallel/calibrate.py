@@ -397,7 +397,7 @@ def calibrate(ranks=2):
 
 def write_profile(profile, path=None):
     """Write the profile atomically; returns its path."""
-    from .checkpoint import write_json_atomically
+    from ..fileio import write_json_atomically
     path = Path(path) if path is not None else profile_path()
     write_json_atomically(path, profile)
     _cached.pop(str(path), None)

@@ -13,12 +13,12 @@ block, padded, in chunks of c over `group`.
 destination strategy; `load_distributed_checkpoint` resumes a live network on any layout.
 """
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import CheckpointError
+from ..fileio import write_json_atomically
 from ..train.serialization import load_checkpoint, save_checkpoint
 from .layout import TensorLayout, assemble
 
@@ -260,13 +260,3 @@ def _jsonable(value):
     return value
 
 
-def write_json_atomically(path, doc):
-    """Write `doc` as indented JSON to `path` atomically (temp file in the same folder, fsync, rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(doc, handle, indent=1, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)

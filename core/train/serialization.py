@@ -21,12 +21,12 @@ import base64
 import json
 import os
 import struct
-import tempfile
 import zlib
 
 import numpy as np
 
 from ..errors import CheckpointError
+from ..fileio import atomic_write
 from ..tensor import Parameter, Tensor
 
 __all__ = ["save_checkpoint", "load_checkpoint", "load_param_into_net", "TRAIN_STATE_KEY"]
@@ -158,37 +158,6 @@ def _write_body(handle, entries, records, meta, data_size):
     handle.write(_TRAILER)
 
 
-def _atomic_write(path, write):
-    """Run `write(handle)` into a temp file beside `path`, fsync it, then rename it over `path`."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory):
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # some platforms cannot open a directory; the rename is still atomic
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # fsync on a directory is unsupported on some file systems; nothing more to do
-    finally:
-        os.close(fd)
-
-
 def save_checkpoint(save_obj, ckpt_file_name, append_dict=None, choice_func=None):
     """Write parameters (and extra state) to `ckpt_file_name` atomically.
 
@@ -214,7 +183,7 @@ def save_checkpoint(save_obj, ckpt_file_name, append_dict=None, choice_func=None
         dup = next(n for n in names if names.count(n) > 1)
         raise CheckpointError(f"checkpoint {path!r}: two entries are named {dup!r}")
     records, data_size = _layout(entries)
-    _atomic_write(path, lambda handle: _write_body(handle, entries, records, meta, data_size))
+    atomic_write(path, lambda handle: _write_body(handle, entries, records, meta, data_size))
     return path
 
 
