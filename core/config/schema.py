@@ -16,7 +16,7 @@ inclusive bounds checked by `core.config.validate` (per item for lists).
 import dataclasses
 import typing
 from dataclasses import dataclass
-from typing import Literal, Optional, Tuple
+from typing import Optional, Tuple
 
 __all__ = ["option", "section", "JobConfig", "TrainConfig", "OptimizerConfig", "ParallelConfig",
            "DataConfig", "field_help"]

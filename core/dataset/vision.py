@@ -8,7 +8,7 @@ import numpy as np
 from ._rng import current_rng
 from .transforms import TypeCast  # noqa: F401  (MindSpore users find it here too)
 
-__all__ = ["Rescale", "Normalize", "HWC2CHW", "RandomCrop", "RandomHorizontalFlip", "Resize"]
+__all__ = ["Rescale", "Normalize", "HWC2CHW", "RandomCrop", "RandomHorizontalFlip", "Resize", "TypeCast"]
 
 
 def _pair(size, what):
