@@ -48,7 +48,7 @@ def _mstrain_line(model, seeds, first_seed):
     steps = [h["step_ms"] for run in runs for h in run["history"]][WARMUP:]
     accuracies = [run["test_acc"] for run in runs]
     workload, name = WORKLOADS[model]
-    return record(workload, name, "eager", "ms_per_epoch", statistics.median(steps), "test_acc_mean",
+    return record(workload, name, "graph_step", "ms_per_epoch", statistics.median(steps), "test_acc_mean",
                   statistics.mean(accuracies), test_acc_std=round(statistics.pstdev(accuracies), 6),
                   test_acc_per_seed=[round(a, 4) for a in accuracies], seeds=seeds, seed=first_seed,
                   epochs_mean=statistics.mean(run["epochs"] for run in runs),

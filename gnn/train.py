@@ -47,6 +47,10 @@ class NodeClassificationTrainer:
         self.step_seconds = []
         self.skipped_steps = 0
         self._grad_fn = ms.value_and_grad(self._scaled_loss, None, self.params)
+        # Without loss scaling the whole step (forward, backward, optimizer) runs as one compiled graph:
+        # faster than op-by-op dispatch (GCN ~2x, GAT ~4x on Cora). Loss scaling decides on gradient
+        # values at each step, so the amp step stays eager.
+        self._compiled_step = ms.jit(self._step) if amp_level == "O0" else None
 
     # -- the training step ---------------------------------------------------------------------------
     def _train_loss(self, logits):
@@ -60,10 +64,19 @@ class NodeClassificationTrainer:
         loss = self._train_loss(self.model(self.graph.x, self.graph))
         return loss * self.scaler.loss_scale if self.scaler is not None else loss
 
+    def _step(self):
+        loss, grads = self._grad_fn()
+        self.optimizer(grads)
+        return loss
+
     def train_epoch(self):
         """One full-batch step; returns the training loss (of the dropped-out forward pass)."""
         start = time.perf_counter()
         self.model.set_train(True)
+        if self._compiled_step is not None:
+            loss = float(self._compiled_step().asnumpy())
+            self.step_seconds.append(time.perf_counter() - start)
+            return loss
         if self.scaler is None:
             loss, grads = self._grad_fn()
         else:  # float16 overflow is expected now and then: detected below, the step is skipped
