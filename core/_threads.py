@@ -13,6 +13,15 @@ _LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_W
 _WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
+# The variables this module set (not the user): a benchmark removes them before starting a peer
+# framework, which must run in the environment it would have had on its own.
+set_by_core = {}
+
+
+def _set_default(name, value):
+    if name not in os.environ:
+        os.environ[name] = set_by_core[name] = value
+
 
 def _first_int(names):
     for name in names:
@@ -23,12 +32,12 @@ def _first_int(names):
 
 
 def settle():
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    _set_default("OMP_WAIT_POLICY", "PASSIVE")
     local = _first_int(_LOCAL_SIZE_VARS) or _first_int(_WORLD_SIZE_VARS)
     if local and local > 1 and not any(name in os.environ for name in _THREAD_VARS):
         threads = str(max(1, (os.cpu_count() or 1) // local))
         for name in _THREAD_VARS:
-            os.environ[name] = threads
+            _set_default(name, threads)
 
 
 settle()
