@@ -18,7 +18,7 @@ Parameters keep their whole storage on every rank, so checkpoints, evaluation an
 work unchanged; `spmd.shard_parameters` cuts the storage for those who want the memory back.
 """
 from ..errors import ParallelConfigError
-from .context import get_auto_parallel_context, get_parallel_mode
+from .context import check_consistent_across_ranks, get_auto_parallel_context, get_parallel_mode
 
 PLANNED_MODES = ("semi_auto_parallel", "auto_parallel")
 _DATASET_STRATEGIES = ("data_parallel", "full_batch")
@@ -41,12 +41,20 @@ def manages_own_parallelism(network):
 def plan_train_network(network):
     """`network` as one training step should run it under the parallel context: itself when
     stand-alone, data parallel, hybrid, on one rank, or when it manages its own parallelism;
-    else wrapped in a `SemiAutoParallelCell` over the world with batch-sharded inputs."""
+    else wrapped in a `SemiAutoParallelCell` over the world with batch-sharded inputs.
+
+    On more than one rank it first checks that every rank was given the same parallel context
+    (this is where training starts, so a mismatch is refused before the first step).
+    """
     mode = get_parallel_mode()
+    from .. import communication as comm
+    # stand-alone without init(): no communicator is open, so there are no ranks to compare with
+    multi_rank = (mode != "stand_alone" or comm.is_initialized()) and comm.get_group_size() > 1
+    if multi_rank:
+        check_consistent_across_ranks()
     if mode not in PLANNED_MODES:
         return network
-    from .. import communication as comm
-    if comm.get_group_size() <= 1 or manages_own_parallelism(network):
+    if not multi_rank or manages_own_parallelism(network):
         return network
     stages = get_auto_parallel_context("pipeline_stages")
     if stages > 1:

@@ -5,6 +5,7 @@ communicates does not read it directly: it receives a frozen `ParallelGroups` bu
 `parallel_groups()`, so layers and schedules can be tested with any layout.
 """
 import copy
+import json
 
 from ..errors import ParallelConfigError
 
@@ -32,6 +33,10 @@ _DEFAULTS = {
     "memory_limit_gb": None,       # the auto_parallel search's per-rank memory limit
     "recompute": False,
 }
+
+# Keys that legitimately differ per rank: the rank itself, and strategy files, whose paths
+# commonly name the rank (MindSpore's own pipeline examples do).
+_PER_RANK_KEYS = ("global_rank", "strategy_ckpt_load_file", "strategy_ckpt_save_file")
 
 _CHOICES = {"parallel_mode": PARALLEL_MODES, "search_mode": SEARCH_MODES}
 _POSITIVE_INTS = ("pipeline_stages", "micro_batch_num", "model_parallel")
@@ -74,6 +79,41 @@ def auto_parallel_context():
     values["device_num"] = get_auto_parallel_context("device_num")
     values["global_rank"] = get_auto_parallel_context("global_rank")
     return values
+
+
+def check_consistent_across_ranks():
+    """Raise ParallelConfigError on every rank when the ranks of the world were given different
+    parallel contexts. It all-gathers every time it is called (once per TrainOneStepCell built): a
+    rank that skipped the exchange because its own value had not changed would leave the others
+    waiting in the collective, a hang instead of this message.
+
+    The message names the first differing key and its values, e.g. "parallel context differs across
+    ranks: gradients_mean is True on rank 0 but False on rank 1". Per-rank keys (global_rank, strategy
+    file paths) are not compared.
+    """
+    from .. import communication as comm
+    text = _canonical_context(comm.get_group_size())
+    texts = comm.all_gather_object(text)
+    for rank, other in enumerate(texts):
+        if other != texts[0]:
+            key, first, theirs = _first_difference(json.loads(texts[0]), json.loads(other))
+            raise ParallelConfigError(
+                f"parallel context differs across ranks: {key} is {first!r} on rank 0 but {theirs!r} on rank "
+                f"{rank}; every rank must call set_auto_parallel_context with the same values")
+
+
+def _canonical_context(world_size):
+    values = {k: v for k, v in auto_parallel_context().items() if k not in _PER_RANK_KEYS}
+    values["world_size"] = world_size
+    return json.dumps(values, sort_keys=True, default=repr)
+
+
+def _first_difference(a, b):
+    """(key, value in a, value in b) of the first key, in sorted order, where the dicts differ."""
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, "<unset>") != b.get(key, "<unset>"):
+            return key, a.get(key, "<unset>"), b.get(key, "<unset>")
+    raise ValueError("the contexts do not differ")
 
 
 def get_parallel_mode():
