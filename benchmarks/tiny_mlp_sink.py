@@ -122,6 +122,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--modes", default="eager,graph_sink,loop_sink")
     parser.add_argument("--peer", action="store_true", help="also run ../shared/peers/tiny_mlp_sink_torch.py")
+    parser.add_argument("--peer-compile", action="store_true",
+                        help="also run the peer with torch.compile (about 30 s of compilation)")
     args = parser.parse_args()
     if args.steps < QUALITY_STEP or args.steps % args.sink_size:
         _common.fail(f"--steps must be >= {QUALITY_STEP} and a multiple of --sink-size ({args.sink_size})")
@@ -155,6 +157,12 @@ def main():
         for mode, line in results.items():
             _common.emit(_common.ratio(line, peer, faster_than_peer=round(peer["speed"] / line["speed"], 2),
                                        loss_diff_vs_peer=abs(line["quality"] - peer["quality"])))
+    if args.peer_compile:  # torch.compile (inductor) is the peer's counterpart of the graph sink
+        peer = _common.run_peer("tiny_mlp_sink_torch.py", ["--seed", str(args.seed), "--compile"])[0]
+        for mode in ("graph_sink", "loop_sink"):
+            if mode in results:
+                line = results[mode]
+                _common.emit(_common.ratio(line, peer, faster_than_peer=round(peer["speed"] / line["speed"], 2)))
 
 
 if __name__ == "__main__":
