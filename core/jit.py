@@ -302,8 +302,8 @@ def run_cell(cell, args, kwargs):
     """`Cell.__call__` in GRAPH_MODE: the Cell's call, compiled once per signature and phase.
 
     A Cell holding a Cell class with `_graph_mode_eager = True` (one that takes host decisions on
-    tensor values at every call: the loss-scaled step skipping the update on overflow, the
-    semi-auto interpreter, pipeline sends) runs eagerly, as in the sink runner, instead of
+    tensor values at every call: a loss-scaled step whose update cell or optimizer has no traced
+    path, the semi-auto interpreter, pipeline sends) runs eagerly, as in the sink runner, instead of
     failing to trace.
     """
     if active_tracer() is not None or _autograd.state.recording or _runs_eagerly(cell):

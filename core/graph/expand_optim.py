@@ -6,6 +6,10 @@ core/nn/optim/_kernels.py operation for operation. Python floats there (`float(l
 step size) act as numpy "weak" scalars: they are rounded to the parameter's dtype before they
 meet an array, which is what casting the scalar node to that dtype does here. Step-dependent
 scalars (bias corrections) are computed in float64 once per step, as Python computes them.
+
+An update given its optional last input `enabled` (a 0-d bool) writes `where(enabled, new, old)`
+into each buffer: on a false flag every buffer keeps its bits, as the numpy kernel's early return
+does, and on a true one it gets exactly the unguarded value.
 """
 import numpy as np
 
@@ -17,6 +21,25 @@ def assign(target, value):
     """target[...] = value, in place."""
     np.copyto(target, value, casting="unsafe")
     return target
+
+
+class _Writer:
+    """Emits the in-place writes of one update, guarded by its `enabled` input when it has one."""
+
+    def __init__(self, b, enabled):
+        self.b, self.enabled = b, enabled
+
+    def assign(self, target, value):
+        if self.enabled is not None:
+            value = self.b.call("where", self.enabled, value, target)
+        return self.b.call("assign", target, value)
+
+
+def _unpack(b, node, count):
+    """The update's `count` leading inputs, and the writer for its (optional) enabled flag."""
+    inputs = list(node.inputs)
+    enabled = inputs[count] if len(inputs) > count else None
+    return inputs[:count], _Writer(b, enabled)
 
 
 def _weak(b, scalar, dtype):
@@ -48,24 +71,24 @@ def _descend(b, param, lr, direction, nesterov_terms=None):
 
 
 def _apply_gradient_descent(b, node):
-    param, grad, lr = node.inputs
+    (param, grad, lr), w = _unpack(b, node, 3)
     a = node.attrs
     g = _effective_grad(b, grad, param, a["weight_decay"], a["grad_scale"])
-    return [b.call("assign", param, _descend(b, param, lr, g))]
+    return [w.assign(param, _descend(b, param, lr, g))]
 
 
 def _apply_momentum(b, node):
-    param, accum, grad, lr = node.inputs
+    (param, accum, grad, lr), w = _unpack(b, node, 4)
     a = node.attrs
     g = _effective_grad(b, grad, param, a["weight_decay"], a["grad_scale"])
     new_accum = b.call("add", b.call("mul", accum, a["momentum"]), g)
     nesterov = (g, a["momentum"], new_accum) if a["use_nesterov"] else None
     new_param = _descend(b, param, lr, new_accum, nesterov)
-    return [b.call("assign", accum, new_accum), b.call("assign", param, new_param)]
+    return [w.assign(accum, new_accum), w.assign(param, new_param)]
 
 
 def _apply_sgd(b, node):
-    param, accum, grad, lr, step = node.inputs
+    (param, accum, grad, lr, step), w = _unpack(b, node, 5)
     a = node.attrs
     g = _effective_grad(b, grad, param, a["weight_decay"], a["grad_scale"])
     first = b.call("less_equal", b.call("cast", step, dtype=np.int64), 1)  # int(step) <= 1
@@ -74,7 +97,7 @@ def _apply_sgd(b, node):
     new_accum = b.call("where", first, b.call("cast", g, dtype=accum.dtype), later)
     nesterov = (g, a["momentum"], new_accum) if a["nesterov"] else None
     new_param = _descend(b, param, lr, new_accum, nesterov)
-    return [b.call("assign", accum, new_accum), b.call("assign", param, new_param)]
+    return [w.assign(accum, new_accum), w.assign(param, new_param)]
 
 
 def _moments(b, m, v, g, beta1, beta2):
@@ -109,17 +132,17 @@ def _adam_update(b, param, m_new, v_new, g, step_size, eps, beta1, nesterov, den
 
 
 def _apply_adam(b, node):
-    param, m, v, grad, lr, step = node.inputs
+    (param, m, v, grad, lr, step), w = _unpack(b, node, 6)
     a = node.attrs
     g = _effective_grad(b, grad, param, a["weight_decay"], a["grad_scale"])
     m_new, v_new = _moments(b, m, v, g, a["beta1"], a["beta2"])
     lr_t = _adam_lr(b, lr, step, a["beta1"], a["beta2"])
     new_param = _adam_update(b, param, m_new, v_new, g, lr_t, a["eps"], a["beta1"], a["use_nesterov"])
-    return [b.call("assign", v, v_new), b.call("assign", m, m_new), b.call("assign", param, new_param)]
+    return [w.assign(v, v_new), w.assign(m, m_new), w.assign(param, new_param)]
 
 
 def _apply_adam_weight_decay(b, node):
-    param, m, v, grad, lr, step = node.inputs
+    (param, m, v, grad, lr, step), w = _unpack(b, node, 6)
     a = node.attrs
     g = grad
     if a["grad_scale"] != 1.0:
@@ -137,12 +160,12 @@ def _apply_adam_weight_decay(b, node):
         step_size = b.call("div", lr64, _power_of_step(b, a["beta1"], t))
         denom_scale = b.call("div", 1.0, b.call("sqrt", _power_of_step(b, a["beta2"], t)))
     new_param = _adam_update(b, decayed, m_new, v_new, g, step_size, a["eps"], a["beta1"], False, denom_scale)
-    return [b.call("assign", v, v_new), b.call("assign", m, m_new), b.call("assign", param, new_param)]
+    return [w.assign(v, v_new), w.assign(m, m_new), w.assign(param, new_param)]
 
 
 def _increment_step(b, node):
-    (step,) = node.inputs
-    return [b.call("assign", step, b.call("add", step, 1))]
+    (step,), w = _unpack(b, node, 1)
+    return [w.assign(step, b.call("add", step, 1))]
 
 
 OPTIMIZER_EXPANDERS = {

@@ -7,8 +7,8 @@ in-place writes and random draws are then undone) and compiled into a flat plan 
 planned buffers (graph sink); every step, the first included, runs that plan back to back without
 returning to the caller (loop sink), so a resumed run repeats an uninterrupted one bit for bit. Eager and sink training from the same seed give the same losses.
 
-A network whose step cannot be traced (it takes Python decisions on tensor values, e.g. loss
-scaling that skips updates on overflow) runs eagerly step by step, after a warning.
+A network whose step cannot be traced (it takes Python decisions on tensor values, e.g. a
+custom loss-scale update cell deciding on the host) runs eagerly step by step, after a warning.
 """
 import warnings
 
@@ -67,6 +67,15 @@ class GraphSinkRunner:
         losses = np.empty(len(batches), np.float64)
         self.step_seconds = np.full(len(batches), np.nan)
         eager_outputs = {}
+        # Overflow and NaN are data here, not errors: a loss-scaled step detects them itself and
+        # skips its update, as on any accelerator; numpy's warnings would only repeat it per step.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            self._run_all(batches, losses, eager_outputs)
+        if eager_outputs:
+            return [eager_outputs.get(k, float(loss)) for k, loss in enumerate(losses)]
+        return losses
+
+    def _run_all(self, batches, losses, eager_outputs):
         start = 0
         while start < len(batches):
             signature = _signature(batches[start])
@@ -77,9 +86,6 @@ class GraphSinkRunner:
                                                    self.step_seconds[start:stop]).items():
                 eager_outputs[start + k] = out
             start = stop
-        if eager_outputs:
-            return [eager_outputs.get(k, float(loss)) for k, loss in enumerate(losses)]
-        return losses
 
     def _run_same_signature(self, batches, losses, seconds):
         """Run batches of one signature; returns {index: output} of the steps run eagerly."""

@@ -126,16 +126,28 @@ def _all_finite(grads):
     return True
 
 
+def _any_overflow(grads):
+    """A 0-d bool Tensor, computed with ops: does any gradient hold an inf or nan entry?"""
+    overflow = None
+    for g in grads:
+        bad = F.greater(F.sum(F.cast(F.logical_not(F.isfinite(g)), _dtype.float32)), 0.0)
+        overflow = bad if overflow is None else F.logical_or(overflow, bad)
+    return Tensor(np.array(False)) if overflow is None else overflow
+
+
 class TrainOneStepWithLossScaleCell(TrainOneStepCell):
     """A training step with loss scaling: the loss is multiplied by the scale S before the backward
     pass and the gradients divided by S after it; if any gradient is inf/nan the update is skipped.
 
     `scale_sense` is a Tensor (a fixed S) or an update cell with `loss_scale` (the current S) and
     `update(overflow)` (see core.train.loss_scale). Returns (loss, overflow, S used this step).
-    """
 
-    # skipping the update on overflow is a host decision: GRAPH_MODE runs this eagerly (core.jit.run_cell)
-    _graph_mode_eager = True
+    With a Tensor or an update cell offering `scale_tensor()` / `update_with_ops(overflow)` (those of
+    core.train.loss_scale), and an optimizer with `supports_enabled`, the step is branch-free: the
+    overflow flag is a tensor, the optimizer gets `enabled = not overflow` and the scale is updated
+    with ops, so GRAPH_MODE and the graph sink compile it. Otherwise the skip is a host decision
+    and GRAPH_MODE runs the step eagerly (core.jit.run_cell).
+    """
 
     def __init__(self, network, optimizer, scale_sense):
         super().__init__(network, optimizer)
@@ -148,12 +160,19 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
         else:
             raise TypeError("scale_sense must be a Tensor or an update cell with `loss_scale` and "
                             f"`update(overflow)`, got {type(scale_sense).__name__}")
+        traced_cell = self.scale_sense is None or all(
+            callable(getattr(self.scale_sense, name, None)) for name in ("scale_tensor", "update_with_ops"))
+        self._traced = traced_cell and getattr(self.optimizer, "supports_enabled", False)
+        self._graph_mode_eager = not self._traced  # a host decision cannot be traced
         self._scale_now = 1.0
         self._grad_fn = value_and_grad(self._scaled_loss, None, self.weights, has_aux=True)
 
     def _scaled_loss(self, *inputs):
         loss = self.network(*inputs)
-        return F.mul(loss, self._scale_now), loss
+        scale = self._scale_now
+        if isinstance(scale, Tensor):  # cast as a Python float would be: to the loss's dtype
+            scale = F.cast(scale, loss.dtype)
+        return F.mul(loss, scale), loss
 
     def set_sense_scale(self, sens):
         """Replace a fixed scale (only when scale_sense was a Tensor)."""
@@ -162,6 +181,31 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
         self._fixed_scale = float(np.asarray(getattr(sens, "_data", sens)).reshape(()))
 
     def construct(self, *inputs):
+        if self._traced:
+            return self._traced_step(inputs)
+        return self._host_step(inputs)
+
+    def _traced_step(self, inputs):
+        """Branch-free: every decision is a tensor, so the step traces into one graph."""
+        fixed = self.scale_sense is None
+        scale = self._fixed_scale if fixed else self.scale_sense.scale_tensor()
+        # the scale used this step, read before the update cell rewrites it
+        used = Tensor(np.array(scale, np.float32)) if fixed else F.cast(scale, _dtype.float32)
+        object.__setattr__(self, "_scale_now", scale)  # not registered: the update cell owns it
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is expected: detected below
+            (_, loss), grads = self._grad_fn(*inputs)
+        with no_grad(), np.errstate(over="ignore", invalid="ignore"):
+            inverse = 1.0 / scale if fixed else F.div(1.0, scale)
+            grads = tuple(F.mul(g, inverse if fixed else F.cast(inverse, g.dtype)) for g in grads)
+            grads = self.grad_reducer(grads)
+            overflow = _any_overflow(grads)
+            if not fixed:
+                self.scale_sense.update_with_ops(overflow)
+            drop = getattr(self.scale_sense, "drop_overflow_update", True)
+            self.optimizer(grads, F.logical_not(overflow) if drop else None)
+        return loss, overflow, used
+
+    def _host_step(self, inputs):
         scale = self._fixed_scale if self.scale_sense is None else float(self.scale_sense.loss_scale)
         self._scale_now = scale
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is expected: detected below

@@ -13,6 +13,10 @@ are not pooled, to keep the resident memory bounded).
 Shared conventions: `grad_scale` multiplies the gradient first (1 / loss_scale); `weight_decay`
 is L2 added to the gradient (`g + wd * param`), except in `apply_adam_weight_decay`, where it
 is decoupled. `step` is the global step *after* this update's increment (1 on the first update).
+
+Every kernel takes an optional last input `enabled` (a 0-d bool; absent means always): when it
+is false the kernel writes nothing. A loss-scaled step passes "no gradient overflowed" there,
+so skipping an overflowed update is data, not a host branch, and the whole step can compile.
 """
 import math
 import threading
@@ -44,6 +48,11 @@ def _scratch(like, slot=0):
     return buffer
 
 
+def _skipped(enabled):
+    """True when an `enabled` input is present and false: the update must not write anything."""
+    return enabled is not None and not bool(enabled)
+
+
 def _effective_grad(grad, param, weight_decay, grad_scale, out=None):
     """grad * grad_scale + weight_decay * param (into `out` or the scratch pool's slot 1); the
     gradient itself is never written."""
@@ -66,15 +75,19 @@ def _subtract_scaled(param, lr, update):
 
 
 @defop("optimizer_step_increment", differentiable=False, mutates=(0,))
-def increment_step(step):
+def increment_step(step, enabled=None):
     """global_step += 1, in place."""
+    if _skipped(enabled):
+        return step
     np.add(step, 1, out=step)
     return step
 
 
 @defop("apply_gradient_descent", differentiable=False, mutates=(0,), attrs=("weight_decay", "grad_scale"))
-def apply_gradient_descent(param, grad, lr, weight_decay=0.0, grad_scale=1.0):
+def apply_gradient_descent(param, grad, lr, enabled=None, weight_decay=0.0, grad_scale=1.0):
     """param -= lr * g."""
+    if _skipped(enabled):
+        return param
     g = _effective_grad(grad, param, weight_decay, grad_scale)
     _subtract_scaled(param, float(lr), g)
     return param
@@ -92,8 +105,11 @@ def _momentum_step(param, accum, g, lr, momentum, nesterov):
 
 @defop("apply_momentum", differentiable=False, mutates=(0, 1),
        attrs=("momentum", "use_nesterov", "weight_decay", "grad_scale"))
-def apply_momentum(param, accum, grad, lr, momentum=0.9, use_nesterov=False, weight_decay=0.0, grad_scale=1.0):
+def apply_momentum(param, accum, grad, lr, enabled=None, momentum=0.9, use_nesterov=False, weight_decay=0.0,
+                   grad_scale=1.0):
     """accum = momentum * accum + g; param -= lr * accum (Nesterov: lr * (g + momentum * accum))."""
+    if _skipped(enabled):
+        return param
     g = _effective_grad(grad, param, weight_decay, grad_scale)
     accum *= momentum
     accum += g
@@ -103,9 +119,11 @@ def apply_momentum(param, accum, grad, lr, momentum=0.9, use_nesterov=False, wei
 
 @defop("apply_sgd", differentiable=False, mutates=(0, 1),
        attrs=("momentum", "dampening", "nesterov", "weight_decay", "grad_scale"))
-def apply_sgd(param, accum, grad, lr, step, momentum=0.0, dampening=0.0, nesterov=False,
+def apply_sgd(param, accum, grad, lr, step, enabled=None, momentum=0.0, dampening=0.0, nesterov=False,
               weight_decay=0.0, grad_scale=1.0):
     """PyTorch/MindSpore SGD: accum = g on the first step, then momentum * accum + (1 - dampening) * g."""
+    if _skipped(enabled):
+        return param
     g = _effective_grad(grad, param, weight_decay, grad_scale)
     if int(step) <= 1:
         np.copyto(accum, g)
@@ -152,9 +170,11 @@ def _bias_corrected_lr(lr, step, beta1, beta2):
 
 @defop("apply_adam", differentiable=False, mutates=(0, 1, 2),
        attrs=("beta1", "beta2", "eps", "use_nesterov", "weight_decay", "grad_scale"))
-def apply_adam(param, m, v, grad, lr, step, beta1=0.9, beta2=0.999, eps=1e-8, use_nesterov=False,
-               weight_decay=0.0, grad_scale=1.0):
+def apply_adam(param, m, v, grad, lr, step, enabled=None, beta1=0.9, beta2=0.999, eps=1e-8,
+               use_nesterov=False, weight_decay=0.0, grad_scale=1.0):
     """Adam (MindSpore's ApplyAdam): param -= lr * sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps)."""
+    if _skipped(enabled):
+        return param
     g = _effective_grad(grad, param, weight_decay, grad_scale)
     scratch = _scratch(param)
     _update_moments(m, v, g, beta1, beta2, scratch)
@@ -164,9 +184,11 @@ def apply_adam(param, m, v, grad, lr, step, beta1=0.9, beta2=0.999, eps=1e-8, us
 
 @defop("apply_adam_amsgrad", differentiable=False, mutates=(0, 1, 2, 3),
        attrs=("beta1", "beta2", "eps", "weight_decay", "grad_scale"))
-def apply_adam_amsgrad(param, m, v, vhat, grad, lr, step, beta1=0.9, beta2=0.999, eps=1e-8,
+def apply_adam_amsgrad(param, m, v, vhat, grad, lr, step, enabled=None, beta1=0.9, beta2=0.999, eps=1e-8,
                        weight_decay=0.0, grad_scale=1.0):
     """AMSGrad: as Adam, with the running maximum vhat = max(vhat, v) in the denominator."""
+    if _skipped(enabled):
+        return param
     g = _effective_grad(grad, param, weight_decay, grad_scale)
     scratch = _scratch(param)
     _update_moments(m, v, g, beta1, beta2, scratch)
@@ -177,13 +199,15 @@ def apply_adam_amsgrad(param, m, v, vhat, grad, lr, step, beta1=0.9, beta2=0.999
 
 @defop("apply_adam_weight_decay", differentiable=False, mutates=(0, 1, 2),
        attrs=("beta1", "beta2", "eps", "weight_decay", "bias_correction", "grad_scale"))
-def apply_adam_weight_decay(param, m, v, grad, lr, step, beta1=0.9, beta2=0.999, eps=1e-6,
+def apply_adam_weight_decay(param, m, v, grad, lr, step, enabled=None, beta1=0.9, beta2=0.999, eps=1e-6,
                             weight_decay=0.0, bias_correction=False, grad_scale=1.0):
     """Adam with decoupled weight decay: param *= 1 - lr * wd, then the Adam step.
 
     bias_correction=False is MindSpore's AdamWeightDecay (step lr * m / (sqrt(v) + eps));
     True is PyTorch's AdamW (step lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)).
     """
+    if _skipped(enabled):
+        return param
     g = _effective_grad(grad, param, 0.0, grad_scale)
     lr = float(lr)
     if weight_decay:
@@ -212,18 +236,20 @@ def _touched_rows(grad2d):
 
 @defop("apply_lazy_adam", differentiable=False, mutates=(0, 1, 2),
        attrs=("beta1", "beta2", "eps", "use_nesterov", "weight_decay", "grad_scale"))
-def apply_lazy_adam(param, m, v, grad, lr, step, beta1=0.9, beta2=0.999, eps=1e-8, use_nesterov=False,
-                    weight_decay=0.0, grad_scale=1.0):
+def apply_lazy_adam(param, m, v, grad, lr, step, enabled=None, beta1=0.9, beta2=0.999, eps=1e-8,
+                    use_nesterov=False, weight_decay=0.0, grad_scale=1.0):
     """Adam restricted to the rows (first axis) whose gradient has a non-zero entry: the moments
     and values of untouched rows stay as they are (no decay of m and v, no weight decay)."""
+    if _skipped(enabled):
+        return param
     rows_of = (lambda a: a.reshape(a.shape[0], -1)) if param.ndim else (lambda a: a.reshape(1, 1))
     p2, m2, v2, g2 = rows_of(param), rows_of(m), rows_of(v), rows_of(grad)
     rows = _touched_rows(g2)
     if rows.size == 0:
         return param
     if rows.size == p2.shape[0]:  # every row touched: plain Adam, in place
-        return apply_adam.impl(param, m, v, grad, lr, step, beta1, beta2, eps, use_nesterov,
-                               weight_decay, grad_scale)
+        return apply_adam.impl(param, m, v, grad, lr, step, beta1=beta1, beta2=beta2, eps=eps,
+                               use_nesterov=use_nesterov, weight_decay=weight_decay, grad_scale=grad_scale)
     p_rows = p2[rows]  # gathered copies (their shape changes every step: no scratch pool)
     g = _effective_grad(g2[rows], p_rows, weight_decay, grad_scale, out=np.empty_like(p_rows))
     m_rows, v_rows = m2[rows], v2[rows]

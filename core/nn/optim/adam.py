@@ -19,6 +19,8 @@ def _check_betas(beta1, beta2, eps):
 class _AdamBase(Optimizer):
     """Shared setup: betas, eps and the two moment states `moment1.<name>` / `moment2.<name>`."""
 
+    supports_enabled = True  # every kernel call takes self._enabled_inputs
+
     def __init__(self, params, learning_rate, beta1, beta2, eps, weight_decay, loss_scale, grad_clip):
         super().__init__(learning_rate, params, weight_decay, loss_scale, grad_clip)
         self.beta1, self.beta2, self.eps = _check_betas(beta1, beta2, eps)
@@ -52,11 +54,11 @@ class Adam(_AdamBase):
         if self.use_amsgrad:
             prim = _kernels.apply_adam_amsgrad
             for p, m, v, vh, g, lr, a in zip(params, m1, m2, self.vhat, grads, lrs, attrs):
-                apply(prim, p, m, v, vh, g, lr, step, **a)
+                apply(prim, p, m, v, vh, g, lr, step, *self._enabled_inputs, **a)
             return
         prim = _kernels.apply_adam
         for p, m, v, g, lr, a in zip(params, m1, m2, grads, lrs, attrs):
-            apply(prim, p, m, v, g, lr, step, **a)
+            apply(prim, p, m, v, g, lr, step, *self._enabled_inputs, **a)
 
 
 class AdamWeightDecay(_AdamBase):
@@ -75,7 +77,7 @@ class AdamWeightDecay(_AdamBase):
     def _update(self, grads, lrs, step, attrs):
         prim = _kernels.apply_adam_weight_decay
         for p, m, v, g, lr, a in zip(self._parameters, self.moment1, self.moment2, grads, lrs, attrs):
-            apply(prim, p, m, v, g, lr, step, **a)
+            apply(prim, p, m, v, g, lr, step, *self._enabled_inputs, **a)
 
 
 class AdamW(AdamWeightDecay):
@@ -115,4 +117,4 @@ class LazyAdam(_AdamBase):
     def _update(self, grads, lrs, step, attrs):
         prim = _kernels.apply_lazy_adam
         for p, m, v, g, lr, a in zip(self._parameters, self.moment1, self.moment2, grads, lrs, attrs):
-            apply(prim, p, m, v, g, lr, step, **a)
+            apply(prim, p, m, v, g, lr, step, *self._enabled_inputs, **a)

@@ -212,11 +212,28 @@ class Optimizer(Cell):
         return tuple(F.mul(g, self._grad_scale) for g in gradients)
 
     # -- the step ----------------------------------------------------------------------------------
-    def __call__(self, gradients):
+    # True when `_update` appends `self._enabled_inputs` to every kernel call, so `enabled` works
+    supports_enabled = False
+    _enabled_inputs = ()
+
+    def __call__(self, gradients, enabled=None):
+        """Update the parameters. `enabled` (a 0-d bool Tensor, only where `supports_enabled`):
+        when false nothing is written (parameters, state and global_step stay), without a branch."""
+        if enabled is not None and not self.supports_enabled:
+            raise TypeError(f"{type(self).__name__} does not support a conditional update (enabled=)")
         if not _autograd.state.recording:  # the usual case: skip the no_grad bookkeeping
-            return self.construct(gradients)
+            return self._step(gradients, enabled)
         with _autograd.no_grad():
+            return self._step(gradients, enabled)
+
+    def _step(self, gradients, enabled):
+        if enabled is None:
             return self.construct(gradients)
+        self._enabled_inputs = (enabled,)
+        try:
+            return self.construct(gradients)
+        finally:
+            self._enabled_inputs = ()
 
     def construct(self, gradients):
         grads = tuple(gradients)
@@ -230,7 +247,7 @@ class Optimizer(Cell):
             grads = tuple(self.grad_clip(grads))
         values = self._lr_values()
         lrs = [values[slot] for slot in self._lr_slot]
-        step = apply(_kernels.increment_step, self.global_step)
+        step = apply(_kernels.increment_step, self.global_step, *self._enabled_inputs)
         self._update(grads, lrs, step, attrs)
         return True
 

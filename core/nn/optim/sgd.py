@@ -19,6 +19,8 @@ class Momentum(Optimizer):
     g includes L2 weight decay (g + wd * param). State: `moments.<param name>`.
     """
 
+    supports_enabled = True  # every kernel call takes self._enabled_inputs
+
     def __init__(self, params, learning_rate, momentum, weight_decay=0.0, loss_scale=1.0,
                  use_nesterov=False, grad_clip=None):
         super().__init__(learning_rate, params, weight_decay, loss_scale, grad_clip)
@@ -31,7 +33,7 @@ class Momentum(Optimizer):
     def _update(self, grads, lrs, step, attrs):
         prim = _kernels.apply_momentum
         for p, accum, g, lr, a in zip(self._parameters, self.moments, grads, lrs, attrs):
-            apply(prim, p, accum, g, lr, **a)
+            apply(prim, p, accum, g, lr, *self._enabled_inputs, **a)
 
 
 class SGD(Optimizer):
@@ -41,6 +43,8 @@ class SGD(Optimizer):
     accum = momentum * accum + (1 - dampening) * g; param -= lr * accum (Nesterov: lr * (g + momentum * accum)).
     g includes L2 weight decay. State (with momentum): `accum.<param name>`.
     """
+
+    supports_enabled = True  # every kernel call takes self._enabled_inputs
 
     def __init__(self, params, learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False, loss_scale=1.0, grad_clip=None):
@@ -62,8 +66,8 @@ class SGD(Optimizer):
         if self.accum is None:
             prim = _kernels.apply_gradient_descent
             for p, g, lr, a in zip(self._parameters, grads, lrs, attrs):
-                apply(prim, p, g, lr, **a)
+                apply(prim, p, g, lr, *self._enabled_inputs, **a)
             return
         prim = _kernels.apply_sgd
         for p, accum, g, lr, a in zip(self._parameters, self.accum, grads, lrs, attrs):
-            apply(prim, p, accum, g, lr, step, **a)
+            apply(prim, p, accum, g, lr, step, *self._enabled_inputs, **a)

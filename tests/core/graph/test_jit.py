@@ -154,21 +154,32 @@ def test_input_signature_checks_calls():
 
 
 def test_graph_mode_trains_with_a_loss_scale_manager():
-    """The loss-scaled step decides on the host whether to update: GRAPH_MODE runs it eagerly
-    (same weights as PYNATIVE_MODE) instead of failing to trace it."""
+    """The loss-scaled step skips overflowed updates branch-free: GRAPH_MODE compiles it (same
+    weights as PYNATIVE_MODE); a host-side update cell still runs eagerly instead of failing."""
+    from core.jit import cell_compile_count
     from core.train.loss_scale import FixedLossScaleManager
 
-    def train(mode):
+    class HostCell:
+        """An update cell with only the host interface (`loss_scale`, `update`)."""
+        loss_scale, drop_overflow_update = 128.0, True
+
+        def update(self, overflow):
+            self.overflow = overflow
+
+    def train(mode, update_cell, compiled):
         ms.set_seed(0)
         net = nn.Dense(4, 3)
         step = nn.TrainOneStepWithLossScaleCell(
-            nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
-            scale_sense=FixedLossScaleManager(128.0).get_update_cell())
+            nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1), scale_sense=update_cell)
         ms.set_context(mode=mode)
         try:
             for seed in range(3):
                 step(_t(2, 4, seed=seed), _t(2, 3, seed=seed + 10))
         finally:
             ms.set_context(mode=ms.PYNATIVE_MODE)
+        assert cell_compile_count(step) == compiled
         return net.weight.asnumpy()
-    np.testing.assert_array_equal(train(ms.GRAPH_MODE), train(ms.PYNATIVE_MODE))
+    expected = train(ms.PYNATIVE_MODE, FixedLossScaleManager(128.0).get_update_cell(), 0)
+    np.testing.assert_array_equal(train(ms.GRAPH_MODE, FixedLossScaleManager(128.0).get_update_cell(), 1),
+                                  expected)
+    np.testing.assert_array_equal(train(ms.GRAPH_MODE, HostCell(), 0), expected)

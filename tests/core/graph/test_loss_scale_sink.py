@@ -1,0 +1,133 @@
+"""Loss-scaled training compiles: amp O2 with a dynamic loss scale gives the same losses, weights,
+optimizer state and loss-scale history in eager and graph sink mode (bit for bit unfused, as the
+unfused graph is the project's exactness contract; fused kernels differ from numpy by rounding
+noise only); overflowed steps write nothing."""
+import warnings
+
+import numpy as np
+import pytest
+
+import core as ms
+from core import nn
+from core.graph.sink import GraphSinkRunner
+from core.train.callback import Callback
+
+STEPS = 50
+
+
+def _batches(steps=STEPS, seed=0):
+    rng = np.random.default_rng(seed)
+    pool = [(rng.standard_normal((8, 12), dtype=np.float32), rng.integers(0, 4, 8).astype(np.int32))
+            for _ in range(5)]
+    return [pool[k % len(pool)] for k in range(steps)]
+
+
+def _model(optimizer="momentum", scale_window=10):
+    ms.set_seed(0)
+    net = nn.SequentialCell([nn.Dense(12, 32), nn.ReLU(), nn.Dense(32, 4)])
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    if optimizer == "adam":
+        opt = nn.Adam(net.trainable_params(), learning_rate=1e-3)
+    else:
+        opt = nn.Momentum(net.trainable_params(), learning_rate=0.05, momentum=0.9)
+    manager = ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 20, scale_factor=2, scale_window=scale_window)
+    return ms.Model(net, loss, opt, amp_level="O2", loss_scale_manager=manager)
+
+
+class _History(Callback):
+    """Per step: the loss and the loss scale after the step."""
+
+    def __init__(self, cell):
+        self.cell, self.losses, self.scales = cell, [], []
+
+    def on_train_step_end(self, run_context):
+        out = run_context.original_args().net_outputs
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        self.losses.append(float(np.asarray(out.asnumpy())))
+        self.scales.append(self.cell.loss_scale)
+
+
+def _train(sink, optimizer="momentum"):
+    model = _model(optimizer)
+    step = model.train_network
+    history = _History(step.scale_sense)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # an eager fallback warns: it must not happen
+        if sink:
+            model.train(STEPS, _batches(), callbacks=[history], dataset_sink_mode=True, sink_size=1)
+        else:
+            model.train(1, _batches(), callbacks=[history], dataset_sink_mode=False)
+    state = {p.name: p.asnumpy().copy() for p in step.get_parameters()}
+    return history, state, step.scale_sense.get_state()
+
+
+def _check_same_run(optimizer):
+    eager, eager_state, eager_scale = _train(False, optimizer)
+    sink, sink_state, sink_scale = _train(True, optimizer)
+    assert len(eager.losses) == STEPS and sink.losses == eager.losses
+    assert sink.scales == eager.scales and sink_scale == eager_scale
+    assert eager_state.keys() == sink_state.keys()
+    for name, value in eager_state.items():  # weights, moments, global_step
+        np.testing.assert_array_equal(sink_state[name], value, err_msg=name)
+    return eager.scales
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+def test_amp_o2_dynamic_loss_scale_unfused_sink_is_eager_bit_for_bit(optimizer, monkeypatch):
+    monkeypatch.setenv("MSTRAIN_DISABLE_FUSION", "1")
+    scales = _check_same_run(optimizer)
+    changes = np.diff([2.0 ** 20] + scales)
+    assert (changes < 0).any() and (changes > 0).any()  # both overflow and growth happened
+
+
+def test_amp_o2_dynamic_loss_scale_fused_sink_follows_eager():
+    eager, eager_state, eager_scale = _train(False)
+    sink, sink_state, sink_scale = _train(True)
+    assert sink.scales == eager.scales and sink_scale == eager_scale  # same overflow decisions
+    np.testing.assert_allclose(sink.losses, eager.losses, rtol=1e-5, atol=1e-5)
+    for name, value in eager_state.items():
+        np.testing.assert_allclose(sink_state[name], value, rtol=1e-3, atol=1e-4, err_msg=name)
+
+
+def test_sink_compiles_the_step_and_an_overflow_writes_nothing():
+    step = _model().train_network
+    step.set_train(True)
+    runner = GraphSinkRunner(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        runner.run(_batches(steps=30))  # the scale settles where fp16 gradients are finite
+    assert runner.compile_count == 1 and not runner._eager
+    cell = step.scale_sense
+    before = {p.name: p.asnumpy().copy() for p in step.get_parameters()}
+    scale, step_count = cell.loss_scale, cell.step
+    x, y = _batches(steps=1)[0]
+    losses = runner.run([(x * 1e6, y)])  # beyond float16's range: inf activations
+    assert runner.compile_count == 1
+    for name, value in before.items():  # weights, moments and global_step untouched
+        np.testing.assert_array_equal(step.parameters_dict()[name].asnumpy(), value, err_msg=name)
+    assert cell.loss_scale == scale / 2 and cell.good_steps == 0 and cell.step == step_count + 1
+    assert not np.isfinite(losses[0]) or losses[0] > 0
+    runner.run([(x, y)])  # a clean step updates again
+    assert not np.array_equal(step.parameters_dict()["0.weight"].asnumpy(), before["0.weight"])
+
+
+def test_fixed_loss_scale_skips_in_graph_mode_as_in_eager():
+    """FixedLossScaleManager(drop_overflow_update=True) compiles too: an overflowed step is skipped."""
+    def run(sink):
+        ms.set_seed(0)
+        net = nn.SequentialCell([nn.Dense(12, 32), nn.ReLU(), nn.Dense(32, 4)])
+        model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                         nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2",
+                         loss_scale_manager=ms.FixedLossScaleManager(2.0 ** 20, drop_overflow_update=True))
+        step = model.train_network
+        step.set_train(True)
+        batches = _batches(steps=6)
+        if sink:
+            GraphSinkRunner(step).run(batches)
+        else:
+            for x, y in batches:
+                step(ms.Tensor(x), ms.Tensor(y))
+        return net[0].weight.asnumpy(), step.scale_sense.get_state()
+    (eager_w, eager_state), (sink_w, sink_state) = run(False), run(True)
+    np.testing.assert_array_equal(sink_w, eager_w)
+    assert sink_state == eager_state == {"loss_scale": 2.0 ** 20, "step": 6}
