@@ -22,11 +22,10 @@ from pathlib import Path
 # Threading of this process, set before numpy loads OpenBLAS. OpenBLAS splits even a (2708, 64) @
 # (64, 16) product over its threads, which then spin-wait for each other: on the shared 2-core box
 # that made a GAT step 5-10x slower. BLAS therefore runs on one thread; the C++ graph kernels still
-# use both cores (OpenMP) for the large products, and their idle threads sleep instead of spinning.
+# use both cores (OpenMP) for the large products (their idle threads sleep: core._threads).
 # The peers run with the environment this script was started with.
 PEER_ENV = dict(os.environ)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
