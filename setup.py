@@ -1,15 +1,15 @@
 """Build script for the C++ kernels; the package metadata lives in pyproject.toml.
 
-Every core/kernels/src/<stem>.cpp becomes its own pybind11 module `core.kernels._<stem>`, compiled
+Every core/kernels/src/<stem>.cpp becomes its own pybind11 module `mstrain.kernels._<stem>`, compiled
 with the system compiler (-O3, plus -fopenmp when the compiler accepts it). A kernel that fails to
-compile does not fail the installation: it is skipped with a warning and core.kernels runs its
+compile does not fail the installation: it is skipped with a warning and mstrain.kernels runs its
 numpy reference instead. `pip install -e .` builds the modules in place, next to the sources.
 """
 import glob
 import os
 import sys
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 try:
     from pybind11.setup_helpers import Pybind11Extension, build_ext
@@ -17,6 +17,18 @@ except ImportError:  # pybind11 is a build requirement; without it only the nump
     Pybind11Extension = build_ext = None
 
 KERNEL_DIR = os.path.join("core", "kernels", "src")
+
+# Installed package name -> folder of the checkout. core/ is `mstrain`; each kit is `mstrain.<kit>`.
+PACKAGE_ROOTS = {"mstrain": "core", "mstrain.gnn": "gnn", "mstrain.transformer": "transformer",
+                 "mstrain.recommender": "recommender", "mstrain.reinforcement": "reinforcement"}
+
+
+def _packages():
+    packages = []
+    for name, folder in PACKAGE_ROOTS.items():
+        packages.append(name)
+        packages.extend(f"{name}.{sub}" for sub in find_packages(folder))
+    return packages
 
 
 def _kernel_extensions():
@@ -27,7 +39,7 @@ def _kernel_extensions():
     for source in sorted(glob.glob(os.path.join(KERNEL_DIR, "*.cpp"))):
         stem = os.path.splitext(os.path.basename(source))[0]
         extensions.append(Pybind11Extension(
-            f"core.kernels._{stem}", [source], include_dirs=[KERNEL_DIR], cxx_std=17,
+            f"mstrain.kernels._{stem}", [source], include_dirs=[KERNEL_DIR], cxx_std=17,
             # -fno-math-errno lets sqrt vectorise (results unchanged); no -ffast-math: it breaks NaN checks
             extra_compile_args=["-O3", "-fno-math-errno"],
         ))
@@ -59,7 +71,7 @@ def _make_lenient_build_ext():
                 self._failed.append(extension.name)
                 print(f"mstrain: WARNING: could not build {extension.name} ({type(exc).__name__}: see the "
                       "compiler output above); "
-                      "core.kernels uses its numpy fallback", file=sys.stderr)
+                      "mstrain.kernels uses its numpy fallback", file=sys.stderr)
 
         def _compiler_accepts(self, flag):
             import tempfile
@@ -77,4 +89,5 @@ def _make_lenient_build_ext():
     return {"build_ext": LenientBuildExt}
 
 
-setup(ext_modules=_kernel_extensions(), cmdclass=_make_lenient_build_ext())
+setup(packages=_packages(), package_dir=PACKAGE_ROOTS, ext_modules=_kernel_extensions(),
+      cmdclass=_make_lenient_build_ext())

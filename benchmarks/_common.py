@@ -65,7 +65,7 @@ def run_peer(script, args=()):
     path = Path(script) if Path(script).is_absolute() else PEERS / script
     if not path.exists():
         raise RuntimeError(f"peer script {path} not found")
-    from core import _threads  # the peer gets the environment without mstrain's thread defaults
+    from mstrain import _threads  # the peer gets the environment without mstrain's thread defaults
     env = {k: v for k, v in os.environ.items() if _threads.set_by_core.get(k) != v}
     result = subprocess.run([python, str(path), *args], cwd=path.parent, capture_output=True, text=True, env=env)
     if result.returncode != 0:

@@ -29,9 +29,9 @@ SIZES = (784, 1024, 1024, 10)
 def _worker(steps, batch, bucket_mb):
     sys.path.insert(0, str(REPO))
     import numpy as np
-    import core as ms
-    from core import communication as comm, nn
-    from core.parallel import DistributedGradReducer
+    import mstrain as ms
+    from mstrain import communication as comm, nn
+    from mstrain.parallel import DistributedGradReducer
 
     comm.init()
     rank, n = comm.get_rank(), comm.get_group_size()

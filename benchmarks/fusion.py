@@ -4,7 +4,7 @@
 
 Workloads (float32):
   ln_gelu_dropout  LayerNorm -> GELU (tanh) -> Dropout(p=0.1) over (32, 128, 512): one row kernel
-                   (the dropout mask is drawn by numpy in both: it is core.random's stream)
+                   (the dropout mask is drawn by numpy in both: it is mstrain.random's stream)
   softmax          softmax over the last axis of (16, 4, 128, 128): one row kernel
 Each is traced once and compiled twice, with and without fusion; speed is the median time of one
 execution of the compiled plan (inputs already loaded). Quality: the largest absolute difference
@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 import _common  # noqa: E402
-import core as ms  # noqa: E402
-from core.graph import Tracer, compile_graph, tracing  # noqa: E402
-from core.ops import functional as F  # noqa: E402
+import mstrain as ms  # noqa: E402
+from mstrain.graph import Tracer, compile_graph, tracing  # noqa: E402
+from mstrain.ops import functional as F  # noqa: E402
 
 
 def _trace(fn, arrays):

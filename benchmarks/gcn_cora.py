@@ -22,7 +22,7 @@ from pathlib import Path
 # Threading of this process, set before numpy loads OpenBLAS. OpenBLAS splits even a (2708, 64) @
 # (64, 16) product over its threads, which then spin-wait for each other: on the shared 2-core box
 # that made a GAT step 5-10x slower. BLAS therefore runs on one thread; the C++ graph kernels still
-# use both cores (OpenMP) for the large products (their idle threads sleep: core._threads).
+# use both cores (OpenMP) for the large products (their idle threads sleep: mstrain._threads).
 # The peers run with the environment this script was started with.
 PEER_ENV = dict(os.environ)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -38,8 +38,8 @@ CPP_KERNELS = ("graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_gat_attention
 
 def _mstrain_line(model, seeds, first_seed):
     sys.path.insert(0, str(REPO))
-    import gnn
-    from core import kernels
+    import mstrain.gnn as gnn
+    from mstrain import kernels
 
     runs = [gnn.train_node_classification(model=model, dataset="cora", root=str(REPO / "data" / "planetoid"),
                                           seed=seed, log_every=0)

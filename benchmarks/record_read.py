@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from core import dataset as ds  # noqa: E402
-from core.mindrecord import FileReader, FileWriter  # noqa: E402
+from mstrain import dataset as ds  # noqa: E402
+from mstrain.mindrecord import FileReader, FileWriter  # noqa: E402
 
 BATCH, THREADS = 256, 2
 

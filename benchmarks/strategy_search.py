@@ -6,8 +6,8 @@ machine (1 and 2 ranks): data parallel, tensor (model) parallel and 1F1B pipelin
 The workload: a GPT of the suite's tensor-parallel layers (VocabParallelEmbedding, ParallelAttention,
 ParallelMLP, a column-parallel LM head, VocabParallelCrossEntropy), 4 layers, hidden 128, 4 heads,
 vocab 256, sequence 64, global batch 16, Adam; one thread per rank. The cost model's constants
-come from `core.parallel.calibrate` (what `mstrain plan --calibrate` runs), measured here first
-(or read from --profile); then `core.parallel.search.evaluate` predicts each layout's step time.
+come from `mstrain.parallel.calibrate` (what `mstrain plan --calibrate` runs), measured here first
+(or read from --profile); then `mstrain.parallel.search.evaluate` predicts each layout's step time.
 Every layout runs --rounds times, interleaved, and its fastest round counts (the machine is
 shared: a busy neighbour slows the 2-rank layouts most). One JSON line per layout (predicted,
 measured, ratio, predicted breakdown), then which layout the search picks for 2 ranks and which
@@ -30,11 +30,11 @@ LAYOUTS = [(1, 1, 1, 1), (2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 2), (1, 1, 2, 4)]
 
 def _build(groups):
     import numpy as np
-    from core import nn
-    from core.ops import functional as F
-    from core.parallel.layers import (ColumnParallelDense, ParallelAttention, ParallelMLP,
+    from mstrain import nn
+    from mstrain.ops import functional as F
+    from mstrain.parallel.layers import (ColumnParallelDense, ParallelAttention, ParallelMLP,
                                       VocabParallelEmbedding)
-    from core.tensor import Parameter
+    from mstrain.tensor import Parameter
 
     class Embed(nn.Cell):
         def __init__(self):
@@ -72,11 +72,11 @@ def _build(groups):
 def _worker(dp, mp, pp, micro, steps):
     sys.path.insert(0, str(REPO))
     import numpy as np
-    import core as ms
-    from core import communication as comm, nn
-    from core.parallel import DistributedGradReducer, parallel_groups, set_auto_parallel_context
-    from core.parallel.layers import VocabParallelCrossEntropy
-    from core.parallel.pipeline import PipelineCell, PipelineTrainOneStepCell
+    import mstrain as ms
+    from mstrain import communication as comm, nn
+    from mstrain.parallel import DistributedGradReducer, parallel_groups, set_auto_parallel_context
+    from mstrain.parallel.layers import VocabParallelCrossEntropy
+    from mstrain.parallel.pipeline import PipelineCell, PipelineTrainOneStepCell
 
     comm.init()
     set_auto_parallel_context(parallel_mode="hybrid_parallel", model_parallel=mp, pipeline_stages=pp)
@@ -125,7 +125,7 @@ def _launch(layout, steps):
 
 
 def _hardware(profile_path):
-    from core.parallel import calibrate
+    from mstrain.parallel import calibrate
     if profile_path:
         profile = calibrate.read_profile(profile_path)
         if profile is None:
@@ -146,8 +146,8 @@ def main():
         _worker(*args.worker, args.steps)
         return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from core.parallel.cost_model import TransformerSpec, layer_plan
-    from core.parallel.search import Candidate, evaluate, search
+    from mstrain.parallel.cost_model import TransformerSpec, layer_plan
+    from mstrain.parallel.search import Candidate, evaluate, search
     load_before = os.getloadavg()[0]
     hw = _hardware(args.profile)
     measured = {}

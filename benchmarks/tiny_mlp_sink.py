@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 import _common  # noqa: E402
-import core as ms  # noqa: E402
-from core import nn  # noqa: E402
-from core.graph.sink import GraphSinkRunner  # noqa: E402
+import mstrain as ms  # noqa: E402
+from mstrain import nn  # noqa: E402
+from mstrain.graph.sink import GraphSinkRunner  # noqa: E402
 
 IN_FEATURES, HIDDEN, CLASSES, BATCH, POOL = 784, 128, 10, 32, 100
 QUALITY_STEP = 100

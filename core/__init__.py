@@ -1,7 +1,7 @@
 """mstrain core: tensors, ops, autodiff, networks, training, data and parallelism.
 
-    import core as ms
-    from core import nn, ops, Tensor, Parameter, Model
+    import mstrain as ms
+    from mstrain import nn, ops, Tensor, Parameter, Model
 """
 from . import _threads  # noqa: F401  (thread defaults: must run before numpy loads its BLAS)
 
@@ -16,7 +16,7 @@ from . import ops
 from .random import get_seed, set_seed
 from . import fileio  # atomic writes, shared by every room that writes files
 
-# ---- graph mode (core.graph) --------------------------------------------------------------------
+# ---- graph mode (mstrain.graph) --------------------------------------------------------------------
 from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context
 from .jit import jit, jit_compile_count, mutable
 

@@ -20,7 +20,7 @@ from .train.loss_scale import DynamicLossScaleManager, LossScaleManager
 __all__ = ["auto_mixed_precision", "build_train_network", "AMP_LEVELS", "WHITE_LIST", "KEEP_FP32_LIST"]
 
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
-# Layer classes (looked up in core.nn by name; absent ones are skipped) computed in fp16 by O1.
+# Layer classes (looked up in mstrain.nn by name; absent ones are skipped) computed in fp16 by O1.
 WHITE_LIST = ("Dense", "BiDense", "Conv1d", "Conv2d", "Conv3d", "Conv1dTranspose", "Conv2dTranspose",
               "Conv3dTranspose")
 # Layer classes kept in fp32 by O2 (their statistics lose too much in fp16).

@@ -9,7 +9,7 @@ Verbs are a registry: `VERBS` maps a verb to "module:function [leading args]". `
 imports the module and calls `function([leading args..., "a", "b"])`; the function returns an exit
 code (None = 0). A room adds its verb with one line here.
 
-User errors (core.errors.UserError and subclasses, unreadable config files) print one line
+User errors (mstrain.errors.UserError and subclasses, unreadable config files) print one line
 `mstrain: error: <message>` on stderr and exit 2. Anything else is a bug: traceback, exit 1.
 """
 import importlib
@@ -22,10 +22,10 @@ from .errors import EXIT_USER_ERROR, UserError
 __all__ = ["main", "VERBS"]
 
 VERBS = {
-    "list": "core.cli:list_main",
-    "data": "core.mindrecord.cli:main",
-    "plan": "core.parallel.cli:main plan",
-    "ckpt": "core.parallel.cli:main ckpt",
+    "list": "mstrain.cli:list_main",
+    "data": "mstrain.mindrecord.cli:main",
+    "plan": "mstrain.parallel.cli:main plan",
+    "ckpt": "mstrain.parallel.cli:main ckpt",
 }
 
 USAGE = """\
@@ -79,8 +79,8 @@ def main(argv=None):
 def _user_error(exc):
     message = " ".join(str(exc).split()) or type(exc).__name__
     print(f"mstrain: error: {message}", file=sys.stderr)
-    if "core.communication" in sys.modules:  # under mpiexec: end the other ranks as well
-        sys.modules["core.communication"].management.abort_job_if_parallel(EXIT_USER_ERROR)
+    if "mstrain.communication" in sys.modules:  # under mpiexec: end the other ranks as well
+        sys.modules["mstrain.communication"].management.abort_job_if_parallel(EXIT_USER_ERROR)
     return EXIT_USER_ERROR
 
 

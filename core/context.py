@@ -1,6 +1,6 @@
 """The execution context, as MindSpore's `set_context`: which mode runs Cells, and how graphs compile.
 
-    >>> import core as ms
+    >>> import mstrain as ms
     >>> ms.set_context(mode=ms.GRAPH_MODE)      # Cells run as compiled graphs
     >>> ms.get_context("mode") == ms.GRAPH_MODE
     True

@@ -1,7 +1,7 @@
 """Atomic file writes: every file mstrain produces (checkpoints, strategy files, profiles, plots)
 is written to a temporary file in the same directory, flushed and fsync'ed, then renamed over the
 target, so a crash leaves either the old file or the complete new one, never a partial file.
-(Record files commit several shards at once: core.mindrecord.writer does its own renames.)
+(Record files commit several shards at once: mstrain.mindrecord.writer does its own renames.)
 """
 import json
 import os

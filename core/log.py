@@ -5,7 +5,7 @@ code print summaries on rank 0 only. Rank and world size come from the launcher'
 (MPICH/Hydra `PMI_RANK`, Open MPI `OMPI_COMM_WORLD_RANK`, PMIx `PMIX_RANK`), so this works before
 MPI is initialised and never imports mpi4py.
 
->>> from core.log import get_logger
+>>> from mstrain.log import get_logger
 >>> get_logger("train").name
 'mstrain.train'
 """

@@ -3,8 +3,8 @@
 A job is a function `run(cfg) -> dict` (cfg: a validated instance of its schema dataclass;
 the dict: its results, e.g. {"test_acc": 0.97}) registered with a decorator:
 
-    from core.config import JobConfig
-    from core.registry import register_job
+    from mstrain.config import JobConfig
+    from mstrain.registry import register_job
 
     @register_job("mlp_mnist", schema=MlpMnistConfig)
     def run(cfg):
@@ -16,7 +16,7 @@ Jobs are found lazily, by name, so `mstrain` imports only the job it runs:
   * kits: entry points of the group `mstrain.jobs` in pyproject.toml,
 
         [project.entry-points."mstrain.jobs"]
-        gcn_cora = "gnn.jobs"             # a module: importing it runs its @register_job
+        gcn_cora = "mstrain.gnn.jobs"             # a module: importing it runs its @register_job
         my_job = "mykit.jobs:register"    # or a callable, called once with no arguments
 
     The entry point's name is the job name. From an installed distribution they come from its
@@ -36,7 +36,7 @@ from .errors import ConfigError
 __all__ = ["register_job", "get_job", "known_jobs", "Job", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "mstrain.jobs"
-_CORE_JOBS = {"mlp_mnist": "core.jobs.mlp_mnist"}
+_CORE_JOBS = {"mlp_mnist": "mstrain.jobs.mlp_mnist"}
 _jobs = {}
 
 
@@ -51,7 +51,7 @@ class Job:
 
 def register_job(name, schema=None):
     """Decorator registering `run(cfg) -> dict` as the job `name`, configured by `schema`
-    (a dataclass, normally a subclass of core.config.JobConfig; default: JobConfig)."""
+    (a dataclass, normally a subclass of mstrain.config.JobConfig; default: JobConfig)."""
     if schema is None:
         from .config.schema import JobConfig
         schema = JobConfig
@@ -78,7 +78,7 @@ def _check_schema(schema, prefix=""):
             _check_schema(hints[field.name], f"{prefix}{field.name}.")
         elif not field.metadata.get("help"):
             raise TypeError(f"{schema.__name__}.{field.name}: declare config keys with "
-                            f"core.config.option(default, help) ({prefix}{field.name} has no help)")
+                            f"mstrain.config.option(default, help) ({prefix}{field.name} has no help)")
 
 
 def get_job(name):

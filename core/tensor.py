@@ -46,7 +46,7 @@ class Tensor:
     def _wrap(cls, array):
         """Fast construction from a kernel's output (no validation, no copy)."""
         t = object.__new__(Tensor)
-        # a graph tracer's placeholder (core.graph.trace._Traced) is kept as it is
+        # a graph tracer's placeholder (mstrain.graph.trace._Traced) is kept as it is
         t._data = array if type(array) is np.ndarray or hasattr(type(array), "_mstrain_traced") else np.asarray(array)
         t._node = None
         t._index = 0

@@ -2,15 +2,15 @@
 
 A whole experiment, as the papers ran it (defaults of `gnn.settings_for(model)`, any overridable):
 
-    import gnn
+    import mstrain.gnn as gnn
     result = gnn.train_node_classification(model="gcn", dataset="cora", root="data/planetoid", seed=0)
     result["test_acc"], result["epochs"], result["history"][-1]
 
 The same in a few lines of your own:
 
-    import core as ms
-    from core import nn
-    from gnn import GCN, Planetoid, NodeClassificationTrainer
+    import mstrain as ms
+    from mstrain import nn
+    from mstrain.gnn import GCN, Planetoid, NodeClassificationTrainer
     graph = Planetoid("data/planetoid", "cora")[0]
     model = GCN(graph.num_features, 16, graph.num_classes)
     trainer = NodeClassificationTrainer(model, graph, nn.Adam(model.trainable_params(), learning_rate=0.01,

@@ -13,11 +13,11 @@ import inspect
 
 import numpy as np
 
-from core import nn
-from core import random as ms_random
-from core.errors import ConfigError, ShapeError
-from core.ops import functional as F
-from core import Parameter, Tensor
+from mstrain import nn
+from mstrain import random as ms_random
+from mstrain.errors import ConfigError, ShapeError
+from mstrain.ops import functional as F
+from mstrain import Parameter, Tensor
 
 from . import ops
 from .graph import Graph, add_self_loops, gcn_norm

@@ -1,6 +1,6 @@
 """One call runs a whole node-classification experiment, as the papers ran it.
 
->>> import gnn
+>>> import mstrain.gnn as gnn
 >>> result = gnn.train_node_classification(model="gcn", dataset="cora", root="data/planetoid",
 ...                                        seed=0, log_every=0)      # doctest: +SKIP
 >>> round(result["test_acc"], 3), result["epochs"]                    # doctest: +SKIP
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-import core as ms
-from core import nn
-from core.errors import ConfigError
-from core.log import get_logger
+import mstrain as ms
+from mstrain import nn
+from mstrain.errors import ConfigError
+from mstrain.log import get_logger
 
 from .models import GAT, GCN
 from .planetoid import Planetoid

@@ -6,7 +6,7 @@ each edge in both directions.
 """
 import numpy as np
 
-from core.errors import ShapeError
+from mstrain.errors import ShapeError
 
 from .sparse import SparseMatrix, SparsePattern
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Tuple
 
-from core.config import JobConfig, option, section
-from core.log import get_logger
-from core.registry import register_job
+from mstrain.config import JobConfig, option, section
+from mstrain.log import get_logger
+from mstrain.registry import register_job
 
 from .experiment import train_node_classification
 

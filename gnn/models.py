@@ -1,13 +1,13 @@
 """Node-classification models: GCN (Kipf & Welling, 2017), GAT (Velickovic et al., 2018), GraphSAGE.
 
-Each is a `core.nn.Cell` called as `model(x, edges)` -> (N, classes) logits, where x is the node
+Each is a `mstrain.nn.Cell` called as `model(x, edges)` -> (N, classes) logits, where x is the node
 feature matrix (a Tensor, or a `SparseMatrix` for bag-of-words features, dropped out sparsely as
 the papers' code does) and edges a `Graph` or (2, E) edge_index. `embed(x, edges)` returns the
 last hidden representation (for plots).
 """
-from core import nn
-from core.ops import functional as F
-from core import Tensor
+from mstrain import nn
+from mstrain.ops import functional as F
+from mstrain import Tensor
 
 from .conv import GATConv, GCNConv, SAGEConv
 from .sparse import SparseMatrix

@@ -1,7 +1,7 @@
 """Differentiable graph primitives over a CSR pattern (rows = targets i, columns = sources j).
 
-Each op is one entry of the core op table (`core.ops.defop`) with its VJP written in ops, so
-gradients of gradients work. The forward kernels are `core.kernels` C++ kernels with numpy
+Each op is one entry of the core op table (`mstrain.ops.defop`) with its VJP written in ops, so
+gradients of gradients work. The forward kernels are `mstrain.kernels` C++ kernels with numpy
 references: a reduction "per target" is a reduction over each row's contiguous entries, and a
 reduction "per source" one scatter pass in C++ (never `np.add.at` when the kernels are built).
 
@@ -20,11 +20,11 @@ Per-entry data has shape (nnz,) or (nnz, H) (H heads); node data (N, F) or (N, H
 """
 import numpy as np
 
-from core import kernels
-from core.kernels import graph as graph_kernels
-from core.ops import defop
-from core.ops import functional as F
-from core import Tensor
+from mstrain import kernels
+from mstrain.kernels import graph as graph_kernels
+from mstrain.ops import defop
+from mstrain.ops import functional as F
+from mstrain import Tensor
 
 __all__ = ["spmm", "spmm_t", "scatter_source", "sddmm", "edge_softmax", "gat_attention", "head_blockdiag",
            "gather_source", "gather_target", "segment_sum", "segment_max", "segment_mean", "transpose_entries",

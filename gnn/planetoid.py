@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import DatasetNotFoundError, UserError
+from mstrain.errors import DatasetNotFoundError, UserError
 
 from .graph import Graph, remove_self_loops
 from .sparse import SparseMatrix

@@ -13,7 +13,7 @@ import zlib
 
 import numpy as np
 
-from core.fileio import write_bytes_atomically
+from mstrain.fileio import write_bytes_atomically
 
 __all__ = ["write_png", "Canvas", "pca_2d", "plot_embeddings", "plot_history", "PALETTE"]
 

@@ -11,8 +11,8 @@ one reusable (N,) array, so a batch costs O(sampled edges), not O(N), even on a 
 """
 import numpy as np
 
-from core import random as ms_random
-from core.errors import ShapeError
+from mstrain import random as ms_random
+from mstrain.errors import ShapeError
 
 from .graph import Graph
 from .sparse import SparsePattern

@@ -8,8 +8,8 @@ once and cached, together with the permutation between the two entry orders.
 """
 import numpy as np
 
-from core.errors import ShapeError
-from core import Tensor
+from mstrain.errors import ShapeError
+from mstrain import Tensor
 
 _INDEX = np.int64
 

@@ -13,11 +13,11 @@ import time
 
 import numpy as np
 
-import core as ms
-from core.errors import ConfigError
-from core.ops import functional as F
-from core import Tensor
-from core.train import DynamicLossScaleManager
+import mstrain as ms
+from mstrain.errors import ConfigError
+from mstrain.ops import functional as F
+from mstrain import Tensor
+from mstrain.train import DynamicLossScaleManager
 
 __all__ = ["NodeClassificationTrainer", "KipfStopping", "PatienceStopping", "NoStopping", "STOPPING_RULES",
            "make_stopping_rule"]

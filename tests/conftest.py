@@ -16,7 +16,7 @@ def repo_root():
 @pytest.fixture
 def mstrain(capsys):
     """Run the `mstrain` CLI in-process: mstrain("list") -> (exit code, stdout, stderr)."""
-    from core.cli import main
+    from mstrain.cli import main
 
     def run(*argv):
         code = main(list(argv))

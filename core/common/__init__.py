@@ -1,4 +1,4 @@
-"""MindSpore's `mindspore.common`: initializers (`core.common.initializer`) and `ParameterTuple`."""
+"""MindSpore's `mindspore.common`: initializers (`mstrain.common.initializer`) and `ParameterTuple`."""
 from . import initializer
 from .parameter import ParameterTuple
 

@@ -1,11 +1,11 @@
 """Weight initializers, as MindSpore's `mindspore.common.initializer`.
 
-Every random draw comes from `core.random.default_generator()`, so `ms.set_seed(s)` makes a
+Every random draw comes from `mstrain.random.default_generator()`, so `ms.set_seed(s)` makes a
 network's initial weights repeatable. `initializer(init, shape, dtype)` accepts an initializer
 object, a name ('normal', 'xavier_uniform', 'he_uniform', 'zeros', ...), a number (a constant)
 or an array/Tensor (used as is after a shape check) and returns a Tensor.
 
->>> from core import random
+>>> from mstrain import random
 >>> random.set_seed(0); a = initializer(Normal(0.02), (3, 4)).asnumpy()
 >>> random.set_seed(0); b = initializer("normal", (3, 4)).asnumpy()   # 'normal' means sigma 0.01
 >>> bool(abs(a - 2 * b).max() < 1e-7)

@@ -25,7 +25,7 @@ class ParameterTuple(tuple):
     def clone(self, prefix, init="zeros"):
         """New Parameters shaped like these, named `<prefix>.<name>`, not trainable (optimizer state).
 
-        `init` is an initializer name or object (see `core.common.initializer`); 'same' copies values.
+        `init` is an initializer name or object (see `mstrain.common.initializer`); 'same' copies values.
         """
         from .initializer import initializer
         clones = []

@@ -1,6 +1,6 @@
 """Communication over MPI: ranks and groups, differentiable collectives, Megatron region pairs.
 
-    from core.communication import init, get_rank, get_group_size
+    from mstrain.communication import init, get_rank, get_group_size
     init()                      # rank 0 of 1 in a plain process; rank r of N under mpiexec -n N
     y = all_reduce(x)           # differentiable; the gradient is an all-reduce too
 """

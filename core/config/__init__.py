@@ -1,7 +1,7 @@
 """Configuration: YAML files composed by hydra, overridden from the command line, validated
 against the typed schema that the job registered.
 
->>> from core.config import load_job_config
+>>> from mstrain.config import load_job_config
 >>> loaded = load_job_config("configs/mlp_mnist.yaml", ["train.epochs=2"])  # doctest: +SKIP
 >>> loaded.cfg.train.epochs                                                  # doctest: +SKIP
 2
@@ -26,7 +26,7 @@ __all__ = [
 @dataclass(frozen=True)
 class LoadedConfig:
     """A composed, validated config: the job to run and its typed config."""
-    job: object  # core.registry.Job
+    job: object  # mstrain.registry.Job
     cfg: object  # instance of job.schema
     source: str  # the config file, as shown in messages
 

@@ -11,7 +11,7 @@ A job's schema subclasses `JobConfig` and adds or replaces sections:
         data: MnistData = section(MnistData)
 
 `option(default, help, choices=None, low=None, high=None)` declares a field; `low`/`high` are
-inclusive bounds checked by `core.config.validate` (per item for lists).
+inclusive bounds checked by `mstrain.config.validate` (per item for lists).
 """
 import dataclasses
 import typing
@@ -55,7 +55,7 @@ class TrainConfig:
     """How long and how to train: epochs, batches, sinking, seeds, outputs."""
     epochs: int = option(10, "training epochs (with sink_size > 0: sinks of sink_size steps each)", low=0)
     batch_size: int = option(32, "samples per training step (per rank in data parallel)", low=1)
-    seed: int = option(0, "seed for parameters, shuffling and dropout (core.random.set_seed)", low=0)
+    seed: int = option(0, "seed for parameters, shuffling and dropout (mstrain.random.set_seed)", low=0)
     mode: str = option("pynative", "execution mode: op-by-op eager or one traced graph per step",
                        choices=("pynative", "graph"))
     dataset_sink_mode: bool = option(False, "run sink_size steps per host round trip (Model.train)")
@@ -96,7 +96,7 @@ class OptimizerConfig:
 
 @dataclass
 class ParallelConfig:
-    """How the job is spread over the ranks of `mpiexec -n N` (core.parallel.init_parallel)."""
+    """How the job is spread over the ranks of `mpiexec -n N` (mstrain.parallel.init_parallel)."""
     parallel_mode: str = option("stand_alone", "how ranks share the work (ms.set_auto_parallel_context)",
                                 choices=("stand_alone", "data_parallel", "semi_auto_parallel",
                                          "auto_parallel", "hybrid_parallel"))

@@ -1,6 +1,6 @@
 """Turn a composed config mapping into a typed schema instance, or raise one clear ConfigError.
 
-The schema is a dataclass whose fields are declared with `core.config.option(...)`: a type
+The schema is a dataclass whose fields are declared with `mstrain.config.option(...)`: a type
 annotation (int, float, bool, str, Optional[X], Literal[...], Enum, list/tuple/dict of X, nested
 dataclass), a default and a help text. Every error names the config file and the dotted key:
 

@@ -1,11 +1,11 @@
-"""Data pipelines (`from core import dataset as ds`), after `mindspore.dataset`.
+"""Data pipelines (`from mstrain import dataset as ds`), after `mindspore.dataset`.
 
     data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=True)
     data = data.map(lambda x: x / 255.0, input_columns="x", num_parallel_workers=2).batch(32)
     for x, y in data.create_tuple_iterator(num_epochs=1): ...
 
 Sources: NumpySlicesDataset, GeneratorDataset, TextFileDataset, MindDataset (record files of
-`core.mindrecord`), and `SourceDataset` / `register_source` for kits' own sources.
+`mstrain.mindrecord`), and `SourceDataset` / `register_source` for kits' own sources.
 Operations: map, batch, shuffle, repeat, take, skip, project, rename, zip, concat, filter.
 Transforms: `vision` (Normalize, RandomCrop, RandomHorizontalFlip, HWC2CHW, Rescale, Resize),
 `transforms` (TypeCast, Compose, OneHot), `text` (CharTokenizer, ByteLevelTokenizer,
@@ -16,17 +16,17 @@ Epochs and determinism
     random transform draws from a generator keyed by (seed, epoch, node[, row]), so an epoch's
     rows are a pure function of the seed and the epoch number: reshuffled each epoch, identical
     across runs and independent of worker timing. The seed is `config.set_seed`, else
-    `core.random.set_seed`, else a fixed default.
+    `mstrain.random.set_seed`, else a fixed default.
 
 Sharding (data parallel)
     Sources take num_shards/shard_id; when both are omitted they default to the MPI launcher's
     size/rank (PMI_SIZE/PMI_RANK, OMPI_COMM_WORLD_SIZE/RANK; `config.set_auto_shard(False)`
     turns that off). Shards are equal in size and cover the data, padding by wrap-around when the
-    row count is not divisible (MindSpore's DistributedSampler); see `core.dataset.sampler`.
+    row count is not divisible (MindSpore's DistributedSampler); see `mstrain.dataset.sampler`.
 
 Iterators, prefetch and resuming (the checkpoint interface)
     it = data.create_tuple_iterator(num_epochs=-1, output_numpy=False, state=None, prefetch_size=None)
-    - each `for` loop over `it` runs one epoch; rows are tuples of `core.Tensor` (numpy arrays with
+    - each `for` loop over `it` runs one epoch; rows are tuples of `mstrain.Tensor` (numpy arrays with
       output_numpy=True; string columns stay numpy); create_dict_iterator yields dicts.
     - a background thread keeps up to `prefetch_size` finished rows ready (0: no thread). An
       exception in the pipeline is raised in the consumer with its original traceback; rows

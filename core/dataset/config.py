@@ -1,7 +1,7 @@
 """Pipeline-wide settings: the shuffle seed, default worker and prefetch counts, auto-sharding.
 
 The seed every shuffle and random transform derives from is, in order of precedence:
-`config.set_seed(s)`, then `core.random.set_seed(s)` (read through `core.random.get_seed()`),
+`config.set_seed(s)`, then `mstrain.random.set_seed(s)` (read through `mstrain.random.get_seed()`),
 then a fixed default (so a run is repeatable and every rank draws the same global order, which
 data-parallel sharding needs). Iterators capture the seed when they are created.
 """
@@ -24,7 +24,7 @@ _settings = {
 
 
 def set_seed(seed):
-    """Seed all dataset shuffles and random transforms (None: fall back to core.random's seed)."""
+    """Seed all dataset shuffles and random transforms (None: fall back to mstrain.random's seed)."""
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ValueError(f"dataset.config.set_seed: seed must be a non-negative int, got {seed!r}")
     _settings["seed"] = seed
@@ -35,7 +35,7 @@ def get_seed():
     if _settings["seed"] is not None:
         return _settings["seed"]
     try:
-        from core import random as core_random
+        from mstrain import random as core_random
         global_seed = core_random.get_seed()
     except (ImportError, AttributeError):
         global_seed = None

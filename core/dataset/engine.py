@@ -18,7 +18,7 @@ class Dataset(abc.ABC):
     """A node of a data pipeline. Chain operations (`map`, `batch`, `shuffle`, ...) to build one
     and iterate it with `create_tuple_iterator` / `create_dict_iterator` or a plain `for` loop.
 
-    >>> from core import dataset as ds
+    >>> from mstrain import dataset as ds
     >>> data = ds.NumpySlicesDataset({"x": np.arange(6)}, shuffle=False).batch(4)
     >>> [b[0].asnumpy().tolist() for b in data]
     [[0, 1, 2, 3], [4, 5]]
@@ -162,7 +162,7 @@ class Dataset(abc.ABC):
     # -- iteration -----------------------------------------------------------------------------
     def create_tuple_iterator(self, columns=None, num_epochs=-1, output_numpy=False, state=None,
                               prefetch_size=None):
-        """Iterator yielding one tuple (or list) of columns per row; see `core.dataset` for
+        """Iterator yielding one tuple (or list) of columns per row; see `mstrain.dataset` for
         epochs, `get_state`/`set_state` and prefetching."""
         return _iterator.TupleIterator(self, columns, num_epochs, output_numpy, state, prefetch_size)
 

@@ -1,4 +1,4 @@
-"""MindDataset: a pipeline source over record files (`core.mindrecord`)."""
+"""MindDataset: a pipeline source over record files (`mstrain.mindrecord`)."""
 import numpy as np
 
 from ..errors import ShapeError
@@ -9,7 +9,7 @@ __all__ = ["MindDataset"]
 
 
 class MindDataset(SourceDataset):
-    """Rows of record files written by `core.mindrecord.FileWriter`.
+    """Rows of record files written by `mstrain.mindrecord.FileWriter`.
 
     dataset_files: one shard file (the other shards are found from its footer) or a list.
     columns_list: the fields to read (default: all, in schema order). Batches of fixed-shape

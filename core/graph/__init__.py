@@ -1,8 +1,8 @@
 """Graph mode: tracing into one IR, passes, kernel fusion with generated C++, and the sinking executor.
 
-    trace (core.graph.trace)  ->  passes (core.graph.compiler.PASSES)  ->  Executable (core.graph.executor)
+    trace (mstrain.graph.trace)  ->  passes (mstrain.graph.compiler.PASSES)  ->  Executable (mstrain.graph.executor)
 
-`core.jit` builds `ms.jit` on top; `GraphSinkRunner` (core.graph.sink) runs a whole training step
+`mstrain.jit` builds `ms.jit` on top; `GraphSinkRunner` (mstrain.graph.sink) runs a whole training step
 `sink_size` times per host round trip for `Model.train(..., dataset_sink_mode=True)`.
 """
 from .ir import Graph, Node, format_graph, rewrite

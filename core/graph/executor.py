@@ -193,7 +193,7 @@ class Executable:
 
     # -- running ----------------------------------------------------------------------------------
     def native(self):
-        """The plan as a C program (core.graph.native), or None without a compiler or when disabled."""
+        """The plan as a C program (mstrain.graph.native), or None without a compiler or when disabled."""
         if self._native is None and _native_enabled():
             from .native import NativeProgram, runtime
             self._native = NativeProgram(self.plan) if runtime() is not None else False

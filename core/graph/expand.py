@@ -6,7 +6,7 @@ last axis they fuse with their neighbours into one row kernel: the loss and its 
 LayerNorm -> GELU -> dropout. Each expander computes what the primitive's numpy kernel computes,
 in the same order of operations; an op used another way (softmax over another axis) is kept.
 
-Dropout masks are not expanded: `bernoulli_mask` draws from core.random's generator in numpy,
+Dropout masks are not expanded: `bernoulli_mask` draws from mstrain.random's generator in numpy,
 and only its own kernel consumes that stream exactly as eager mode does. It reads only the shape
 and dtype of its input, so it gets a stand-in of that shape and dtype instead: the mask no longer
 waits for the value it will scale, and applying it fuses into the kernel computing that value.

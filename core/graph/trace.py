@@ -1,6 +1,6 @@
 """Concrete tracing: run a function once, eagerly, and record every primitive it applies.
 
-While tracing, `core.ops.primitive.dispatch.tracer` is a `Tracer`: each `apply` runs the numpy
+While tracing, `mstrain.ops.primitive.dispatch.tracer` is a `Tracer`: each `apply` runs the numpy
 kernel (so shapes, dtypes and values are the eager ones) and appends a node. Autodiff records as
 usual, and its VJPs go through `apply` too, so a traced training step holds forward, backward and
 optimizer update. Primitives that update an input in place become side-effect nodes.

@@ -5,7 +5,7 @@
     learning_rates(cfg.optimizer, total_steps) float, or one learning rate per step
     build_callbacks(cfg.train, name)           loss/time monitors, history, checkpoints
 
-Kits may use them: they take only the sections of `core.config.schema`.
+Kits may use them: they take only the sections of `mstrain.config.schema`.
 """
 import dataclasses
 import math

@@ -1,17 +1,17 @@
 """Kernels: fast implementations of a few hot loops, one layer below ops.
 
 Every `core/kernels/src/<stem>.cpp` is compiled at install time into its own pybind11 module
-`core.kernels._<stem>`. Each Python function here validates its inputs once, then runs the C++
+`mstrain.kernels._<stem>`. Each Python function here validates its inputs once, then runs the C++
 kernel when it is built and the dtypes fit (float32/float64 values, int32/int64 indices,
-C-contiguous arrays), else its numpy reference in `core.kernels.reference`. Both paths compute
+C-contiguous arrays), else its numpy reference in `mstrain.kernels.reference`. Both paths compute
 the same thing; the tests compare them.
 
 Set `MSTRAIN_DISABLE_KERNELS=1` to force the numpy path (read at each call). `available(name)`
 says whether a C++ kernel will run; `native_kernels()` lists the built ones. Multi-head graph
-kernels for message passing (GCN/GAT) live in `core.kernels.graph`, built the same way.
+kernels for message passing (GCN/GAT) live in `mstrain.kernels.graph`, built the same way.
 
 >>> import numpy as np
->>> from core import kernels
+>>> from mstrain import kernels
 >>> kernels.segment_sum(np.ones((3, 2), np.float32), np.array([0, 2, 0]), 3).tolist()
 [[2.0, 2.0], [0.0, 0.0], [1.0, 1.0]]
 """
@@ -58,7 +58,7 @@ def _load_native_table():
             try:
                 module = importlib.import_module(f"{__name__}._{stem}")
             except ImportError as exc:  # stale build (other Python, missing symbol): use numpy
-                warnings.warn(f"core.kernels: extension _{stem} does not load ({exc}); using numpy")
+                warnings.warn(f"mstrain.kernels: extension _{stem} does not load ({exc}); using numpy")
                 continue
             table.update({name: getattr(module, name) for name in getattr(module, "KERNELS", ())})
         _native_table = table

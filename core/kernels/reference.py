@@ -1,8 +1,8 @@
 """Numpy reference implementations of the kernels.
 
-Each function here is the definition of what its C++ twin computes: `core.kernels` falls back to
+Each function here is the definition of what its C++ twin computes: `mstrain.kernels` falls back to
 it when the extension is not built (or `MSTRAIN_DISABLE_KERNELS=1`), and the tests compare the
-two. Inputs are assumed validated by `core.kernels` (dtypes, shapes, index ranges).
+two. Inputs are assumed validated by `mstrain.kernels` (dtypes, shapes, index ranges).
 """
 import numpy as np
 
@@ -64,7 +64,7 @@ def segment_softmax(scores, segment_ids, num_segments):
 
 def adam_update(param, m, v, grad, lr, beta1, beta2, eps, weight_decay=0.0,
                 bias_correction1=1.0, bias_correction2=1.0, decoupled_weight_decay=False):
-    """One Adam / AdamW step, in place on param, m and v (see `core.kernels.adam_update`)."""
+    """One Adam / AdamW step, in place on param, m and v (see `mstrain.kernels.adam_update`)."""
     if weight_decay and not decoupled_weight_decay:
         grad = grad + weight_decay * param
     m *= beta1

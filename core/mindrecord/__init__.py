@@ -1,7 +1,7 @@
 """Record files (after MindSpore's MindRecord): many small samples packed into large checksummed
 pages, spread over shard files, with an index for lookup by field value.
 
-    from core.mindrecord import FileWriter, FileReader
+    from mstrain.mindrecord import FileWriter, FileReader
     writer = FileWriter("data.rec", shard_num=2)
     writer.add_schema({"image": {"type": "bytes"}, "label": {"type": "int64"}})
     writer.add_index(["label"])
@@ -9,8 +9,8 @@ pages, spread over shard files, with an index for lookup by field value.
     writer.commit()
     rows = list(FileReader("data.rec0"))
 
-`core.dataset.MindDataset` reads them into a pipeline. The layout is in `core.mindrecord.format`;
-`mstrain data convert|info` is `core.mindrecord.cli`.
+`mstrain.dataset.MindDataset` reads them into a pipeline. The layout is in `mstrain.mindrecord.format`;
+`mstrain data convert|info` is `mstrain.mindrecord.cli`.
 """
 from .reader import FileReader, RecordSet
 from .writer import FileWriter, shard_file_names

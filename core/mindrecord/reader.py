@@ -398,7 +398,7 @@ class FileReader:
 
     def get_next(self):
         """Generator of row dicts, pages decoded on `num_consumer` threads, order kept."""
-        from ..dataset._workers import ordered_map  # local: core.dataset imports this package
+        from ..dataset._workers import ordered_map  # local: mstrain.dataset imports this package
         pages = ordered_map(self._rows_of_page, range(self._set.num_pages), self.num_consumer)
         for rows in pages:
             yield from rows

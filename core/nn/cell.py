@@ -40,7 +40,7 @@ class Cell:
     """Base class of networks: subclasses build layers in `__init__` and compute in `construct`.
 
     >>> import numpy as np
-    >>> from core import nn
+    >>> from mstrain import nn
     >>> class MLP(nn.Cell):
     ...     def __init__(self):
     ...         super().__init__()
@@ -72,11 +72,11 @@ class Cell:
     # -- calling ---------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         runner = _CONTEXT.cell_runner
-        if runner is not None:  # GRAPH_MODE: core.jit compiles the call (and calls back in here)
+        if runner is not None:  # GRAPH_MODE: mstrain.jit compiles the call (and calls back in here)
             return runner(self, args, kwargs)
         if self._compute_dtype is not None:
             args = tuple(_cast_floating(a, self._compute_dtype) for a in args)
-        if self._recompute:  # activation checkpointing in eager mode (core.parallel.recompute)
+        if self._recompute:  # activation checkpointing in eager mode (mstrain.parallel.recompute)
             from ..parallel.recompute import recompute_call
             return recompute_call(self, *args, **kwargs)
         return self.construct(*args, **kwargs)
@@ -269,7 +269,7 @@ class Cell:
 
     def recompute(self, mode=True, **kwargs):
         """Recompute this Cell's forward during backward instead of keeping its activations
-        (core.parallel.recompute; the sub-cells are recomputed with it). Returns self."""
+        (mstrain.parallel.recompute; the sub-cells are recomputed with it). Returns self."""
         object.__setattr__(self, "_recompute", bool(mode))
         return self
 

@@ -69,8 +69,8 @@ def _data_parallel_degree(get):
 
 def make_grad_reducer(weights):
     """The gradient reducer the parallel context asks for: identity when stand-alone (or when
-    core.parallel is absent), else `core.parallel.DistributedGradReducer` over the data-parallel ranks."""
-    if importlib.util.find_spec("core.parallel") is None:
+    mstrain.parallel is absent), else `mstrain.parallel.DistributedGradReducer` over the data-parallel ranks."""
+    if importlib.util.find_spec("mstrain.parallel") is None:
         return _identity
     from .. import parallel
     get = parallel.get_auto_parallel_context
@@ -95,7 +95,7 @@ class TrainOneStepCell(Cell):
 
     def __init__(self, network, optimizer, sens=None, return_grad=False):
         super().__init__(auto_prefix=False)
-        if importlib.util.find_spec("core.parallel") is not None:
+        if importlib.util.find_spec("mstrain.parallel") is not None:
             from ..parallel import plan_train_network, wrap_optimizer
             network = plan_train_network(network)  # semi/auto parallel: run the ops' .shard() strategies
             optimizer = wrap_optimizer(optimizer)  # enable_parallel_optimizer: shard the optimizer state
@@ -144,13 +144,13 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
     pass and the gradients divided by S after it; if any gradient is inf/nan the update is skipped.
 
     `scale_sense` is a Tensor (a fixed S) or an update cell with `loss_scale` (the current S) and
-    `update(overflow)` (see core.train.loss_scale). Returns (loss, overflow, S used this step).
+    `update(overflow)` (see mstrain.train.loss_scale). Returns (loss, overflow, S used this step).
 
     With a Tensor or an update cell offering `scale_tensor()` / `update_with_ops(overflow)` (those of
-    core.train.loss_scale), and an optimizer with `supports_enabled`, the step is branch-free: the
+    mstrain.train.loss_scale), and an optimizer with `supports_enabled`, the step is branch-free: the
     overflow flag is a tensor, the optimizer gets `enabled = not overflow` and the scale is updated
     with ops, so GRAPH_MODE and the graph sink compile it. Otherwise the skip is a host decision
-    and GRAPH_MODE runs the step eagerly (core.jit.run_cell).
+    and GRAPH_MODE runs the step eagerly (mstrain.jit.run_cell).
     """
 
     def __init__(self, network, optimizer, scale_sense):

@@ -1,7 +1,7 @@
 """Ops: the primitive table (`primitive.REGISTRY`) and its functional and MindSpore-class faces.
 
-    from core import ops
-    ops.relu(x); ops.softmax(x, -1)                   # functional (also `core.ops.functional`)
+    from mstrain import ops
+    ops.relu(x); ops.softmax(x, -1)                   # functional (also `mstrain.ops.functional`)
     ops.MatMul(transpose_b=True).shard(((2, 1), (1, 1)))(x, w)   # MindSpore class style
 """
 from . import functional

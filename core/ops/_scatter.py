@@ -1,6 +1,6 @@
 """Row scatter-add, the adjoint of every gather: `out[index[i]] += src[i]`, repeats accumulating.
 
-The C++ kernel (`core.kernels.scatter_add_rows`) is used for rows when it is built. Otherwise the
+The C++ kernel (`mstrain.kernels.scatter_add_rows`) is used for rows when it is built. Otherwise the
 numpy path picks by shape: `np.add.at` is fast for 1-D targets (numpy special-cases it) and for
 large tables; a flattened `np.bincount` wins when the target is not much larger than the update.
 """

@@ -1,7 +1,7 @@
 """Tensor creation: constants (zeros, ones, full, arange, eye, linspace) and random draws.
 
 All are primitives without gradients so a graph tracer sees them as nodes; the random ones are
-`stateful` and draw from `core.random.default_generator()` each time they run (a compiled graph
+`stateful` and draw from `mstrain.random.default_generator()` each time they run (a compiled graph
 gets fresh numbers on every execution; `ms.set_seed` makes runs repeatable).
 """
 import numpy as np

@@ -1,4 +1,4 @@
-"""Every differentiable op as a function: `from core.ops import functional as F` (and `ops.*`)."""
+"""Every differentiable op as a function: `from mstrain.ops import functional as F` (and `ops.*`)."""
 from .math import (  # noqa: F401
     abs, add, bmm, broadcast_to, cast, cos, div, equal, exp, floor, floor_div, greater,
     greater_equal, identity, isfinite, less, less_equal, log, logical_and, logical_not, logical_or,

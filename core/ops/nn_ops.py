@@ -483,7 +483,7 @@ def bernoulli_mask(x, keep_prob):
 
     keep is keep_prob rounded to a multiple of 1/65536 (the mask compares 16-bit random integers,
     about twice as fast as drawing floats); 1/keep uses the rounded value, so E[mask] = 1 exactly.
-    Draws from `core.random.default_generator()` on every execution (fresh masks in graphs).
+    Draws from `mstrain.random.default_generator()` on every execution (fresh masks in graphs).
     """
     threshold = min(max(int(round(keep_prob * 65536)), 1), 65536)
     dtype = x.dtype if isinstance(x, np.ndarray) and x.dtype.kind == "f" else np.float32

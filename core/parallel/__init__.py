@@ -1,7 +1,7 @@
 """Parallel training over MPI ranks: data parallel, operator sharding, optimizer sharding,
 pipeline stages, recompute, the strategy search and distributed checkpoints.
 
-    import core as ms
+    import mstrain as ms
     ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
     ms.communication.init()
 

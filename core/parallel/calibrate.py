@@ -11,7 +11,7 @@ What is measured (each rank with one numpy thread, as training ranks run):
 - per element, forward + backward, the suite's own layer norm, tanh-GELU, attention softmax with
   scale and causal mask, bias/residual add, softmax cross-entropy, and one Adam update;
 - per primitive call, the eager dispatch overhead, as one tiny transformer layer of
-  `core.parallel.layers` sees it (its time / its number of primitive calls, forward + backward),
+  `mstrain.parallel.layers` sees it (its time / its number of primitive calls, forward + backward),
   and that number of calls per layer and for the embedding + head + loss;
 - all-reduce latency and bandwidth over 1 and N ranks (ring formulas inverted; a plain process
   launches `mpiexec -n N` for it), how much slower a rank computes while N ranks compute at
@@ -201,7 +201,7 @@ def _calls_and_time(step):
 
 
 def measure_dispatch(groups):
-    """(op_overhead, ops_per_layer, ops_fixed): a tiny layer of core.parallel.layers (over
+    """(op_overhead, ops_per_layer, ops_fixed): a tiny layer of mstrain.parallel.layers (over
     `groups`, model_parallel 1), where compute is negligible, timed and counted forward + backward."""
     from .. import nn
     from ..autograd import value_and_grad
@@ -340,7 +340,7 @@ def measure_sync(iterations=30):
 def measure_links(ranks):
     """All-reduce costs and the compute slowdown over 1 rank and over `ranks` ranks:
     {"1": {...}, "<ranks>": {...}}. In a world of more than one rank the world is measured; a
-    plain process launches `mpiexec -n ranks python -m core.parallel.calibrate --links`."""
+    plain process launches `mpiexec -n ranks python -m mstrain.parallel.calibrate --links`."""
     from .. import communication as comm
     comm.init()
     if comm.get_group_size() > 1:
@@ -350,7 +350,7 @@ def measure_links(ranks):
     if ranks > 1 and launcher is not None:
         env = dict(os.environ, OMP_NUM_THREADS="1")
         env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
-        cmd = [launcher, "-n", str(ranks), sys.executable, "-m", "core.parallel.calibrate", "--links"]
+        cmd = [launcher, "-n", str(ranks), sys.executable, "-m", "mstrain.parallel.calibrate", "--links"]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
         if proc.returncode == 0 and proc.stdout.strip():
             links[str(ranks)] = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -16,7 +16,7 @@ def main(argv):
     """Entry of the `plan` and `ckpt` verbs; returns the exit code."""
     argv = list(argv)
     if not argv or argv[0] not in ("plan", "ckpt"):
-        raise UserError("core.parallel.cli: expected 'plan' or 'ckpt'")
+        raise UserError("mstrain.parallel.cli: expected 'plan' or 'ckpt'")
     try:
         return _plan(argv[1:]) if argv[0] == "plan" else _ckpt(argv[1:])
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)

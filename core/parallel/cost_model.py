@@ -49,7 +49,7 @@ class Hardware:
     latency: float = 5.0e-6          # s per collective step
     memory: float = 16 * 2.0 ** 30   # bytes per rank
     op_overhead: float = 5.5e-6      # s of eager dispatch per primitive call, forward + backward
-    ops_per_layer: int = 137         # primitive calls (fwd + bwd) of one layer of core.parallel.layers
+    ops_per_layer: int = 137         # primitive calls (fwd + bwd) of one layer of mstrain.parallel.layers
     ops_fixed: int = 35              # ... of the embedding, LM head and loss
     norm_cost: float = 4.3e-9        # layer norm
     gelu_cost: float = 2.7e-9        # tanh-GELU

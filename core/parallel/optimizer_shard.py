@@ -43,7 +43,7 @@ class ParallelOptimizer(Cell):
     data-parallel reduction itself: do not also use a DistributedGradReducer), updates and returns True.
     """
 
-    # reduce-scatter / all-gather of flat numpy shards: GRAPH_MODE runs this eagerly (core.jit.run_cell)
+    # reduce-scatter / all-gather of flat numpy shards: GRAPH_MODE runs this eagerly (mstrain.jit.run_cell)
     _graph_mode_eager = True
 
     def __init__(self, optimizer, group=None, mean=True, degree=None):

@@ -65,7 +65,7 @@ class PipelineCell(Cell):
     micro_batch_num and `parallel_groups()`. Train it with `Model(pipeline_cell, optimizer=opt)`
     (which builds a `PipelineTrainOneStepCell`) or that train cell directly."""
 
-    # 1F1B sends and receives activations between ranks as it goes: GRAPH_MODE runs this eagerly (core.jit.run_cell)
+    # 1F1B sends and receives activations between ranks as it goes: GRAPH_MODE runs this eagerly (mstrain.jit.run_cell)
     _graph_mode_eager = True
 
     def __init__(self, stages, loss_fn, micro_batch_num=None, groups=None):

@@ -1,7 +1,7 @@
 """Training: Model, callbacks, metrics, checkpoints and loss scaling (MindSpore's mindspore.train).
 
-    from core.train import Model, Accuracy, FixedLossScaleManager
-    from core.train.callback import LossMonitor, ModelCheckpoint, CheckpointConfig, EarlyStopping
+    from mstrain.train import Model, Accuracy, FixedLossScaleManager
+    from mstrain.train.callback import LossMonitor, ModelCheckpoint, CheckpointConfig, EarlyStopping
 """
 from . import callback, metrics
 from .callback import (Callback, CheckpointConfig, EarlyStopping, History, LambdaCallback,

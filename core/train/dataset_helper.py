@@ -1,7 +1,7 @@
 """Feeding batches to the training loop.
 
 `BatchStream` turns any dataset into an endless, resumable stream of batches (tuples of numpy
-arrays): a `core.dataset` dataset through `create_tuple_iterator(num_epochs=-1,
+arrays): a `mstrain.dataset` dataset through `create_tuple_iterator(num_epochs=-1,
 output_numpy=True)`, or a plain Python list/iterable of tuples of arrays. When one pass over the
 data ends the next begins (so `sink_size` steps may straddle passes), and `get_state()` /
 `set_state()` capture the position for checkpoint resume.
@@ -49,7 +49,7 @@ def _materialise(dataset):
         return dataset
     if hasattr(dataset, "__iter__"):
         return list(dataset)
-    raise TypeError(f"cannot iterate over a {type(dataset).__name__}: pass a core.dataset dataset "
+    raise TypeError(f"cannot iterate over a {type(dataset).__name__}: pass a mstrain.dataset dataset "
                     "or a list of (input, ..., label) tuples")
 
 
@@ -64,7 +64,7 @@ def iterate_once(dataset):
 
 
 class _ListIterator:
-    """Multi-pass iterator over a list with the `get_state`/`set_state` protocol of core.dataset:
+    """Multi-pass iterator over a list with the `get_state`/`set_state` protocol of mstrain.dataset:
     StopIteration ends a pass and the next call starts the following one."""
 
     def __init__(self, items):
@@ -146,7 +146,7 @@ class BatchStream:
     def seek(self, batches):
         """Move to `batches` batches from the start (e.g. `initial_epoch` epochs in).
 
-        Iterators whose state has the core.dataset form `{"epoch", "index", ...}` jump there
+        Iterators whose state has the mstrain.dataset form `{"epoch", "index", ...}` jump there
         directly; others are replayed."""
         passes, index = divmod(int(batches), self.size)
         state = {"passes": passes, "index": index}

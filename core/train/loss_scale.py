@@ -5,7 +5,7 @@ A float16 backward pass underflows small gradients to zero. Multiplying the loss
 before the backward pass (and the gradients by 1/S after it) keeps them representable. When the
 scaled gradients overflow (inf/nan) the step must be skipped and, for a dynamic scale, S shrinks.
 
-The train cell (`core.nn.TrainOneStepWithLossScaleCell(network, optimizer, scale_sense)`) talks to
+The train cell (`mstrain.nn.TrainOneStepWithLossScaleCell(network, optimizer, scale_sense)`) talks to
 an update cell through two members only:
 
     scale_sense.loss_scale           # the current S (a Python float)

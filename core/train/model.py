@@ -42,7 +42,7 @@ class Model:
     metrics: `{'name': Metric}` or a set of names (`{'accuracy', 'loss'}`), used by eval/fit.
     eval_network, eval_indexes: a custom evaluation cell and the positions of (loss, prediction,
         label) among its outputs.
-    amp_level, loss_scale_manager, boost_level: mixed precision (see core.amp).
+    amp_level, loss_scale_manager, boost_level: mixed precision (see mstrain.amp).
     """
 
     def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None,
@@ -78,7 +78,7 @@ class Model:
         return None, [0, 1, 2]  # prediction and label only: `_eval_outputs` fills in loss None
 
     def _make_runner(self, dataset_sink_mode):
-        """The execution strategy: the single place it is chosen (see core.train.runner)."""
+        """The execution strategy: the single place it is chosen (see mstrain.train.runner)."""
         return select_runner(self._train_network, dataset_sink_mode)
 
     @property

@@ -11,7 +11,7 @@ non-sink mode, with `sink_size` batches in sink mode, and fires step callbacks a
 
 Runners:
 - `EagerRunner(train_network)`: calls the train cell op by op on the host (PyNative).
-- `core.graph.sink.GraphSinkRunner(train_network)` (graph helper): traces the step once and runs
+- `mstrain.graph.sink.GraphSinkRunner(train_network)` (graph helper): traces the step once and runs
   the compiled graph for all batches of a sink.
 
 `select_runner(train_network, dataset_sink_mode)` is the only place that chooses between them;
@@ -50,9 +50,9 @@ class EagerRunner(StepRunner):
 
 
 def graph_sink_runner_class():
-    """`core.graph.sink.GraphSinkRunner` when the graph compiler provides it, else None."""
+    """`mstrain.graph.sink.GraphSinkRunner` when the graph compiler provides it, else None."""
     try:
-        module = importlib.import_module("core.graph.sink")
+        module = importlib.import_module("mstrain.graph.sink")
     except ImportError:
         return None
     return getattr(module, "GraphSinkRunner", None)
@@ -61,7 +61,7 @@ def graph_sink_runner_class():
 def select_runner(train_network, dataset_sink_mode):
     """The execution strategy for a training run.
 
-    Sink mode runs the compiled graph runner when core.graph provides one, else the eager runner
+    Sink mode runs the compiled graph runner when mstrain.graph provides one, else the eager runner
     (still fed by the data sink queue, still with once-per-sink callbacks). Non-sink mode is eager.
     """
     if dataset_sink_mode:

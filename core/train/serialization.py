@@ -35,7 +35,7 @@ _MAGIC = b"MSTRCKPT"
 _TRAILER = b"MSTREND."
 _VERSION = 1
 _ALIGN = 64
-# The key under which Model/ModelCheckpoint store the resume position (see core.train.model).
+# The key under which Model/ModelCheckpoint store the resume position (see mstrain.train.model).
 TRAIN_STATE_KEY = "train_state"
 
 

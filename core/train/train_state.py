@@ -3,8 +3,8 @@ interrupted run needs to continue bit-identically.
 
     {"epoch": current epoch (1-based), "step": global steps done,
      "step_in_epoch": steps done in that epoch, "batch_num": steps per epoch,
-     "dataset_state": the training data position (core.train.dataset_helper.BatchStream),
-     "rng_state": core.random.get_rng_state(), "loss_scale_state": the loss-scale update cell's state}
+     "dataset_state": the training data position (mstrain.train.dataset_helper.BatchStream),
+     "rng_state": mstrain.random.get_rng_state(), "loss_scale_state": the loss-scale update cell's state}
 
 Parameters (weights, optimizer moments, the optimizer's step counter) travel as tensors of the
 train network; this dict travels as the checkpoint's `'train_state'` meta entry.
@@ -17,7 +17,7 @@ __all__ = ["capture", "ResumePoint", "resume_point", "restore_runtime"]
 
 def _random_module():
     try:
-        return importlib.import_module("core.random")
+        return importlib.import_module("mstrain.random")
     except ImportError:
         return None
 

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-import core as ms
-from core import Parameter, Tensor, ops
-from core.autograd import MissingVJPError
+import mstrain as ms
+from mstrain import Parameter, Tensor, ops
+from mstrain.autograd import MissingVJPError
 
 
 def _cubic(x):

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from core import cli, registry
-from core.config import JobConfig, option
+from mstrain import cli, registry
+from mstrain.config import JobConfig, option
 
 
 def _one_error_line(err, *fragments):
@@ -93,13 +93,13 @@ def test_user_errors_are_one_line_exit_2(mstrain, sum_job, argv, fragments):
 
 def test_verbs_dispatch_through_the_registry(mstrain, monkeypatch):
     calls = []
-    monkeypatch.setitem(cli.VERBS, "probe", "core.cli:list_main")
+    monkeypatch.setitem(cli.VERBS, "probe", "mstrain.cli:list_main")
     monkeypatch.setattr(cli, "list_main", lambda argv: calls.append(argv) or 3)
     assert mstrain("probe", "a", "b")[0] == 3 and calls == [["a", "b"]]
-    monkeypatch.setitem(cli.VERBS, "gone", "core.not_a_module:main lead")
+    monkeypatch.setitem(cli.VERBS, "gone", "mstrain.not_a_module:main lead")
     code, _, err = mstrain("gone", "x")
     assert code == 2
-    _one_error_line(err, "'mstrain gone' needs core.not_a_module, which is not installed")
+    _one_error_line(err, "'mstrain gone' needs mstrain.not_a_module, which is not installed")
 
 
 def test_internal_errors_propagate(mstrain, sum_job, monkeypatch):
@@ -113,7 +113,7 @@ def test_internal_errors_propagate(mstrain, sum_job, monkeypatch):
 # -- as a separate process: real exit codes, no traceback ----------------------------------------------
 def _run_module(repo_root, *argv, env=None):
     environment = dict(os.environ, PYTHONPATH=str(repo_root), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "core.cli", *argv], cwd=repo_root, env=environment,
+    return subprocess.run([sys.executable, "-m", "mstrain.cli", *argv], cwd=repo_root, env=environment,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -150,7 +150,7 @@ def test_only_rank_0_prints_the_summary(mstrain, sum_job, monkeypatch):
 def test_log_records_carry_the_rank_when_world_is_larger_than_one(monkeypatch):
     import logging
 
-    from core.log import _RankFormatter, get_logger, world_rank, world_size
+    from mstrain.log import _RankFormatter, get_logger, world_rank, world_size
     record = logging.LogRecord("mstrain.x", logging.INFO, __file__, 1, "hello", None, None)
     formatter = _RankFormatter("%(message)s")
     monkeypatch.delenv("PMI_SIZE", raising=False)

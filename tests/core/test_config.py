@@ -1,4 +1,4 @@
-"""core.config: hydra composition, overrides, schema validation and the messages of bad configs."""
+"""mstrain.config: hydra composition, overrides, schema validation and the messages of bad configs."""
 import dataclasses
 import textwrap
 from dataclasses import dataclass
@@ -7,10 +7,10 @@ from typing import Dict, List, Literal, Optional, Tuple
 
 import pytest
 
-from core import registry
-from core.config import (JobConfig, TrainConfig, compose, field_help, find_config, list_configs,
+from mstrain import registry
+from mstrain.config import (JobConfig, TrainConfig, compose, field_help, find_config, list_configs,
                          load_job_config, option, resolve_path, section, validate)
-from core.errors import ConfigError, DatasetNotFoundError
+from mstrain.errors import ConfigError, DatasetNotFoundError
 
 
 class Color(Enum):
@@ -264,7 +264,7 @@ def test_core_and_kit_jobs_are_found_lazily():
 
 
 def test_parallel_section_matches_the_parallel_engine_keys():
-    from core.config import ParallelConfig
-    from core.parallel.config import PARALLEL_KEYS
+    from mstrain.config import ParallelConfig
+    from mstrain.parallel.config import PARALLEL_KEYS
     fields = {f.name: f.default for f in dataclasses.fields(ParallelConfig)}
     assert fields == PARALLEL_KEYS

@@ -1,4 +1,4 @@
-"""Thread defaults chosen before numpy loads (core._threads)."""
+"""Thread defaults chosen before numpy loads (mstrain._threads)."""
 import os
 import subprocess
 import sys

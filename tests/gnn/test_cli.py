@@ -46,9 +46,9 @@ def test_user_errors_exit_2_with_one_line(mstrain, repo_root, tmp_path, monkeypa
 
 
 def test_command_line_from_another_directory(repo_root, tmp_path):
-    """`python -m core.cli --config <repo>/configs/gcn_cora.yaml` from elsewhere finds the data."""
+    """`python -m mstrain.cli --config <repo>/configs/gcn_cora.yaml` from elsewhere finds the data."""
     env = dict(os.environ, PYTHONPATH=str(repo_root))
-    done = subprocess.run([sys.executable, "-m", "core.cli", "--config", str(repo_root / "configs" / "gcn_cora.yaml"),
+    done = subprocess.run([sys.executable, "-m", "mstrain.cli", "--config", str(repo_root / "configs" / "gcn_cora.yaml"),
                            "train.epochs=2", "train.log_every=1", f"train.output_dir={tmp_path / 'run'}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -4,11 +4,11 @@ dense float64 reference), fused and unfused propagation, sparse and dense inputs
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor
-from core.errors import ConfigError
-from core.ops import functional as F
-from gnn import GATConv, GCNConv, Graph, MessagePassing, SAGEConv, SparseMatrix, gcn_norm
+import mstrain as ms
+from mstrain import Tensor
+from mstrain.errors import ConfigError
+from mstrain.ops import functional as F
+from mstrain.gnn import GATConv, GCNConv, Graph, MessagePassing, SAGEConv, SparseMatrix, gcn_norm
 
 NODES, IN, OUT = 7, 4, 3
 
@@ -170,7 +170,7 @@ def test_sageconv_on_a_bipartite_block():
     layer = SAGEConv(2, 2, aggr="mean")
     x_src = np.arange(10, dtype=np.float32).reshape(5, 2)
     edges = np.array([[3, 4, 1, 0], [0, 0, 1, 2]])  # (source, target) pairs
-    from gnn import SparsePattern
+    from mstrain.gnn import SparsePattern
     block, _ = SparsePattern.from_coo(edges[1], edges[0], (3, 5))
     out = layer((Tensor(x_src), Tensor(x_src[:3])), block).asnumpy()
     neigh = np.stack([x_src[[3, 4]].mean(0), x_src[1], x_src[0]])

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from core.errors import ShapeError
-from gnn import Graph, SparseMatrix, SparsePattern, add_self_loops, remove_self_loops
+from mstrain.errors import ShapeError
+from mstrain.gnn import Graph, SparseMatrix, SparsePattern, add_self_loops, remove_self_loops
 
 
 @pytest.fixture

@@ -3,11 +3,11 @@ differences (one table), and second-order gradients for the ops whose VJPs are t
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor
-from core.ops import functional as F
-from gnn import SparsePattern
-from gnn import ops as G
+import mstrain as ms
+from mstrain import Tensor
+from mstrain.ops import functional as F
+from mstrain.gnn import SparsePattern
+from mstrain.gnn import ops as G
 
 ROWS, COLS, HEADS, WIDTH, NNZ = 6, 5, 2, 3, 16
 

@@ -5,8 +5,8 @@ import shutil
 import numpy as np
 import pytest
 
-from core.errors import DatasetNotFoundError, UserError
-from gnn import DatasetFormatError, Planetoid, SparseMatrix
+from mstrain.errors import DatasetNotFoundError, UserError
+from mstrain.gnn import DatasetFormatError, Planetoid, SparseMatrix
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import zlib
 
 import numpy as np
 
-from gnn.plot import Canvas, pca_2d, plot_embeddings, plot_history, write_png
+from mstrain.gnn.plot import Canvas, pca_2d, plot_embeddings, plot_history, write_png
 
 
 def _decode_png(data):
@@ -54,7 +54,7 @@ def test_plots_colour_every_class(tmp_path):
     labels = np.repeat(np.arange(3), 50)
     plot_embeddings(tmp_path / "e.png", rng.standard_normal((150, 4)) + labels[:, None] * 3, labels)
     _, _, pixels = _decode_png((tmp_path / "e.png").read_bytes())
-    from gnn.plot import PALETTE
+    from mstrain.gnn.plot import PALETTE
     for color in PALETTE[:3]:
         assert (pixels == color).all(-1).sum() > 50
     history = [{"epoch": e, "train_loss": 2.0 / e, "val_loss": 2.2 / e, "val_acc": 0.5 + e / 40} for e in range(1, 11)]

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor, nn
-from core.ops import functional as F
-from gnn import Graph, GraphSAGE, NeighborSampler, SparsePattern
+import mstrain as ms
+from mstrain import Tensor, nn
+from mstrain.ops import functional as F
+from mstrain.gnn import Graph, GraphSAGE, NeighborSampler, SparsePattern
 
 NODES, FEATURES, CLASSES = 1_000_000, 8, 4
 

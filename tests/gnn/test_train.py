@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-import gnn
-from core.errors import ConfigError
-from gnn.train import KipfStopping, PatienceStopping
+import mstrain.gnn as gnn
+from mstrain.errors import ConfigError
+from mstrain.gnn.train import KipfStopping, PatienceStopping
 
 
 @pytest.fixture(scope="module")
@@ -100,9 +100,9 @@ def test_outputs_are_written_next_to_each_other(root, tmp_path):
 
 def test_the_few_lines_of_the_package_docstring_train_a_gcn(root):
     """The hand-written loop of gnn's docstring (50 epochs) learns Cora."""
-    import core as ms
-    from core import nn
-    from gnn import GCN, NodeClassificationTrainer, Planetoid
+    import mstrain as ms
+    from mstrain import nn
+    from mstrain.gnn import GCN, NodeClassificationTrainer, Planetoid
 
     ms.set_seed(0)
     graph = Planetoid(root, "cora")[0]

@@ -10,7 +10,7 @@ parameter's gradient is its full gradient (of its block, when its storage is sha
 `input_strategy=BATCH` is MindSpore's default dataset strategy: each rank passes its block of
 the global batch (what the dataset sharding gives it; model-parallel peers pass the same block),
 which is how `TrainOneStepCell` / `Model` run a network under semi_auto_parallel or
-auto_parallel without manual wrapping (see `core.parallel.auto_wrap`).
+auto_parallel without manual wrapping (see `mstrain.parallel.auto_wrap`).
 """
 import numpy as np
 
@@ -83,7 +83,7 @@ class SemiAutoParallelCell(Cell):
     split the cost model (`hardware`, default `cost_model.Hardware()`) finds cheapest.
     """
 
-    # the interpreter runs each op's plan over the ranks with numpy: GRAPH_MODE runs this eagerly (core.jit.run_cell)
+    # the interpreter runs each op's plan over the ranks with numpy: GRAPH_MODE runs this eagerly (mstrain.jit.run_cell)
     _graph_mode_eager = True
 
     def __init__(self, network, group=None, input_strategy=None, auto=None, hardware=None, output_strategy=None):

@@ -1,4 +1,4 @@
-"""Training callbacks (`from core.train.callback import LossMonitor, ModelCheckpoint, ...`).
+"""Training callbacks (`from mstrain.train.callback import LossMonitor, ModelCheckpoint, ...`).
 
 A callback subclasses `Callback` and overrides hooks; each hook gets a `RunContext` whose
 `original_args()` is a typed `RunContextArgs`. `run_context.request_stop()` ends training after

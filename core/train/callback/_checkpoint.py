@@ -60,7 +60,7 @@ class ModelCheckpoint(Callback):
 
     If files with this prefix already exist in the directory the prefix becomes `prefix_1`,
     `prefix_2`, ... so an earlier run's files are never overwritten or rotated away.
-    Writes are atomic (see core.train.serialization). The last step is saved at train end.
+    Writes are atomic (see mstrain.train.serialization). The last step is saved at train end.
     """
 
     def __init__(self, prefix="CKP", directory=None, config=None):

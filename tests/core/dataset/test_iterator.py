@@ -5,7 +5,7 @@ import traceback
 import numpy as np
 import pytest
 
-from core import dataset as ds
+from mstrain import dataset as ds
 
 
 def pipelines():

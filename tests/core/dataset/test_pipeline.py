@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from core import Tensor
-from core import dataset as ds
-from core.errors import ShapeError
+from mstrain import Tensor
+from mstrain import dataset as ds
+from mstrain.errors import ShapeError
 
 
 def rows(dataset, **kwargs):
@@ -100,7 +100,7 @@ def test_source_shuffle_is_seeded_and_reshuffles_each_epoch():
 
 
 def test_seed_follows_core_random_unless_set_here(monkeypatch):
-    from core import random as core_random
+    from mstrain import random as core_random
     data = ds.NumpySlicesDataset({"x": np.arange(30)}, shuffle=True)
     monkeypatch.setattr(core_random, "get_seed", lambda: 11)
     first, again = rows(data), rows(data)

@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from core import dataset as ds
+from mstrain import dataset as ds
 
 
 def shard_rows(n, num_shards, shuffle, **extra):
@@ -61,7 +61,7 @@ _SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
     sys.path.insert(0, sys.argv[1])
-    from core import dataset as ds
+    from mstrain import dataset as ds
     data = ds.NumpySlicesDataset({"x": np.arange(21)}, shuffle=True).batch(4)
     got = [b[0].tolist() for b in data.create_tuple_iterator(num_epochs=1, output_numpy=True)]
     print(json.dumps({"size": data.get_dataset_size(), "rows": sum(got, [])}))

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from core import dataset as ds
-from core.dataset import text, transforms, vision
+from mstrain import dataset as ds
+from mstrain.dataset import text, transforms, vision
 
 
 def test_normalize_rescale_hwc2chw_typecast():

@@ -1,7 +1,7 @@
 """Graph tests: every test starts and ends in PYNATIVE_MODE with default context."""
 import pytest
 
-from core.context import reset_context
+from mstrain.context import reset_context
 
 
 @pytest.fixture(autouse=True)
@@ -13,8 +13,8 @@ def _pynative_context():
 
 def _trace_graph(fn, *arrays):
     """Trace `fn` on Tensors made from `arrays`; returns the raw (unoptimised) graph."""
-    import core as ms
-    from core.graph import Tracer, tracing
+    import mstrain as ms
+    from mstrain.graph import Tracer, tracing
     tracer = Tracer(getattr(fn, "__name__", "f"))
     inputs = [tracer.add_input(ms.Tensor(a)) for a in arrays]
     with tracing(tracer):

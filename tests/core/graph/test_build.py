@@ -4,8 +4,8 @@ import shutil
 import numpy as np
 import pytest
 
-from core import ops
-from core.graph import build, compile_graph
+from mstrain import ops
+from mstrain.graph import build, compile_graph
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -25,7 +25,7 @@ def test_kernels_are_cached_by_source_hash(trace_graph, tmp_path, monkeypatch):
 
 
 def test_a_compiler_error_falls_back_to_numpy_with_a_warning(trace_graph, monkeypatch, tmp_path):
-    from core.graph.native import runtime
+    from mstrain.graph.native import runtime
     runtime()  # the step runner library is built before the compiler "breaks"
     monkeypatch.setenv("MSTRAIN_CACHE_DIR", str(tmp_path))
 

@@ -5,10 +5,10 @@ import shutil
 import numpy as np
 import pytest
 
-import core as ms
-from core import ops
-from core.graph import compile_graph
-from core.ops import functional as F
+import mstrain as ms
+from mstrain import ops
+from mstrain.graph import compile_graph
+from mstrain.ops import functional as F
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 

@@ -3,9 +3,9 @@ no work eager does not: every gather and segment reduction writes straight into 
 (no per-step copy of a primitive's result), no more kernels than eager runs ops, and eager's numbers."""
 import numpy as np
 
-import core as ms
-from core import Parameter, Tensor, nn
-from core.ops import functional as F
+import mstrain as ms
+from mstrain import Parameter, Tensor, nn
+from mstrain.ops import functional as F
 
 NODES, EDGES, HEADS, WIDTH = 30, 120, 4, 3
 
@@ -61,7 +61,7 @@ def test_compiled_attention_step_copies_nothing_and_matches_eager():
 
 def _eager_op_count(step, x):
     """Primitive applications of one eager step (what op-by-op dispatch runs)."""
-    from core.ops import primitive
+    from mstrain.ops import primitive
     count = [0]
     impls = {}
     for prim in set(primitive.REGISTRY.values()):

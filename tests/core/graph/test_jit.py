@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import core as ms
-from core import nn, ops
-from core.errors import ConfigError
-from core.jit import cell_compile_count, jit
+import mstrain as ms
+from mstrain import nn, ops
+from mstrain.errors import ConfigError
+from mstrain.jit import cell_compile_count, jit
 
 
 def _t(*shape, dtype=np.float32, seed=0):
@@ -156,8 +156,8 @@ def test_input_signature_checks_calls():
 def test_graph_mode_trains_with_a_loss_scale_manager():
     """The loss-scaled step skips overflowed updates branch-free: GRAPH_MODE compiles it (same
     weights as PYNATIVE_MODE); a host-side update cell still runs eagerly instead of failing."""
-    from core.jit import cell_compile_count
-    from core.train.loss_scale import FixedLossScaleManager
+    from mstrain.jit import cell_compile_count
+    from mstrain.train.loss_scale import FixedLossScaleManager
 
     class HostCell:
         """An update cell with only the host interface (`loss_scale`, `update`)."""

@@ -7,10 +7,10 @@ import warnings
 import numpy as np
 import pytest
 
-import core as ms
-from core import nn
-from core.graph.sink import GraphSinkRunner
-from core.train.callback import Callback
+import mstrain as ms
+from mstrain import nn
+from mstrain.graph.sink import GraphSinkRunner
+from mstrain.train.callback import Callback
 
 STEPS = 50
 

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from core.graph.ir import Node
-from core.graph.lowering import OUT_KERNELS, out_kernel
-from core.ops import primitive
+from mstrain.graph.ir import Node
+from mstrain.graph.lowering import OUT_KERNELS, out_kernel
+from mstrain.ops import primitive
 
 RNG = np.random.default_rng(0)
 A = RNG.uniform(0.1, 2.0, (5, 6)).astype(np.float32)

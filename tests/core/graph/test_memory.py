@@ -5,12 +5,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import core as ms
-from core import nn, ops
-from core.graph import compile_graph
-from core.graph.memory import Step, plan_memory
-from core.graph.ir import Node
-from core.graph.sink import GraphSinkRunner
+import mstrain as ms
+from mstrain import nn, ops
+from mstrain.graph import compile_graph
+from mstrain.graph.memory import Step, plan_memory
+from mstrain.graph.ir import Node
+from mstrain.graph.sink import GraphSinkRunner
 
 
 def _value(nbytes):

@@ -4,11 +4,11 @@ import shutil
 import numpy as np
 import pytest
 
-import core as ms
-from core import nn
-from core.graph import compile_graph
-from core.graph.native import NativeProgram, gemm_params, runtime
-from core.graph.sink import GraphSinkRunner
+import mstrain as ms
+from mstrain import nn
+from mstrain.graph import compile_graph
+from mstrain.graph.native import NativeProgram, gemm_params, runtime
+from mstrain.graph.sink import GraphSinkRunner
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 

@@ -1,10 +1,10 @@
 """Each general pass on a small graph: the expected node counts, and the same numbers as before."""
 import numpy as np
 
-import core as ms
-from core import ops
-from core.graph import Executable, Tracer, tracing
-from core.graph.passes import (algebraic_simplification, common_subexpression_elimination, constant_folding,
+import mstrain as ms
+from mstrain import ops
+from mstrain.graph import Executable, Tracer, tracing
+from mstrain.graph.passes import (algebraic_simplification, common_subexpression_elimination, constant_folding,
                                dead_code_elimination)
 
 
@@ -41,7 +41,7 @@ def test_dead_code_elimination_drops_unused_values():
 
 
 def test_dead_code_elimination_keeps_in_place_updates():
-    from core.graph.expand_optim import assign
+    from mstrain.graph.expand_optim import assign
     state = ms.Parameter(np.zeros((3, 4), np.float32), name="state", requires_grad=False)
 
     def f(a):
@@ -66,7 +66,7 @@ def test_constant_folding_evaluates_constant_subgraphs_once():
 
 
 def test_constant_folding_never_folds_random_draws():
-    from core.ops import functional as F
+    from mstrain.ops import functional as F
     c = ms.Tensor(np.ones((3, 4), np.float32))
     graph = _trace(lambda a: a + F.dropout(c, 0.5), X)
     folded = dead_code_elimination(constant_folding(graph))
@@ -104,7 +104,7 @@ def test_cse_merges_identical_pure_computations():
 
 
 def test_cse_does_not_merge_reads_across_an_in_place_update():
-    from core.graph.expand_optim import assign
+    from mstrain.graph.expand_optim import assign
     w = ms.Parameter(np.ones((3, 4), np.float32), name="w")
 
     def f(a):
@@ -121,6 +121,6 @@ def test_cse_does_not_merge_reads_across_an_in_place_update():
 
 
 def test_cse_does_not_merge_random_draws():
-    from core.ops import functional as F
+    from mstrain.ops import functional as F
     graph = _trace(lambda a: F.dropout(a, 0.5) + F.dropout(a, 0.5), X)
     assert common_subexpression_elimination(graph).count(prim="bernoulli_mask") == 2

@@ -3,10 +3,10 @@ embedding model), and the unfused graph (no compiler / fusion off) gives eager's
 import numpy as np
 import pytest
 
-import core as ms
-from core import nn, ops
-from core.graph.sink import GraphSinkRunner
-from core.ops import functional as F
+import mstrain as ms
+from mstrain import nn, ops
+from mstrain.graph.sink import GraphSinkRunner
+from mstrain.ops import functional as F
 
 STEPS = 100
 
@@ -120,7 +120,7 @@ def test_unfused_graph_gives_eager_numbers_exactly(kind, monkeypatch):
 def test_the_first_step_runs_compiled_so_a_restart_repeats_a_run_bit_for_bit():
     """Tracing undoes its own writes and random draws: a runner that must trace first (a restart)
     and one that compiled earlier give identical losses and weights from the same state."""
-    from core.random import get_rng_state, set_rng_state
+    from mstrain.random import get_rng_state, set_rng_state
     batches = _data("block", 12, seed=2)
     cell = _train_cell("block")
     warm = GraphSinkRunner(cell)
@@ -190,6 +190,6 @@ def test_a_step_that_cannot_be_traced_runs_eagerly_with_its_outputs():
 
 
 def test_model_train_in_sink_mode_uses_the_graph_runner():
-    from core.train.runner import select_runner
+    from mstrain.train.runner import select_runner
     cell = _train_cell("mlp")
     assert isinstance(select_runner(cell, True), GraphSinkRunner)

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-import core as ms
-from core import ops
-from core.graph import TracingError, Tracer, format_graph, tracing
-from core.jit import jit
+import mstrain as ms
+from mstrain import ops
+from mstrain.graph import TracingError, Tracer, format_graph, tracing
+from mstrain.jit import jit
 
 
 def _trace(fn, *arrays):
@@ -95,7 +95,7 @@ def test_shape_reads_are_allowed_while_tracing():
 
 
 def test_an_untraceable_core_call_is_named_next_to_the_user_line():
-    from core.nn.wrap import _all_finite  # reads gradient values with numpy: not traceable
+    from mstrain.nn.wrap import _all_finite  # reads gradient values with numpy: not traceable
 
     def check(a):
         return ms.Tensor(np.array(_all_finite([a])))

@@ -5,9 +5,9 @@ import shutil
 import numpy as np
 import pytest
 
-import core as ms
-from core.nn.optim import _kernels as K
-from core.ops.primitive import apply
+import mstrain as ms
+from mstrain.nn.optim import _kernels as K
+from mstrain.ops.primitive import apply
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 

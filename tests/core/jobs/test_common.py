@@ -1,13 +1,13 @@
-"""core.jobs.common: the learning-rate schedule math and the optimizer/callback builders."""
+"""mstrain.jobs.common: the learning-rate schedule math and the optimizer/callback builders."""
 import math
 
 import numpy as np
 import pytest
 
-from core import nn
-from core.config import OptimizerConfig, TrainConfig
-from core.jobs.common import build_callbacks, build_optimizer, learning_rates
-from core.train.callback import History, LossMonitor, ModelCheckpoint, ProgressBar
+from mstrain import nn
+from mstrain.config import OptimizerConfig, TrainConfig
+from mstrain.jobs.common import build_callbacks, build_optimizer, learning_rates
+from mstrain.train.callback import History, LossMonitor, ModelCheckpoint, ProgressBar
 
 
 def test_constant_schedule_is_a_float():
@@ -37,7 +37,7 @@ def test_build_optimizer_applies_the_schedule_per_step():
     weight = dense.trainable_params()[0]
     before = np.array(weight.asnumpy())
     grads = tuple(np.ones_like(p.asnumpy()) for p in dense.trainable_params())
-    from core import Tensor
+    from mstrain import Tensor
     optimizer(tuple(Tensor(g) for g in grads))  # step 1 of warm-up: lr = 0.25
     np.testing.assert_allclose(weight.asnumpy(), before - 0.25, rtol=1e-6)
 
@@ -54,8 +54,8 @@ def test_build_callbacks(tmp_path, monkeypatch):
 
 
 def test_log_every_0_prints_one_plain_line_per_epoch_off_a_terminal(capsys):
-    from core import Model
-    from core import dataset as ds
+    from mstrain import Model
+    from mstrain import dataset as ds
     x = np.random.default_rng(0).standard_normal((8, 2)).astype(np.float32)
     data = ds.NumpySlicesDataset({"x": x, "y": np.arange(8, dtype=np.int32) % 2}, shuffle=False).batch(2)
     net = nn.Dense(2, 2)

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from core.config import load_job_config
-from core.errors import DatasetNotFoundError
-from core.jobs.mlp_mnist import build_network, load_mnist
+from mstrain.config import load_job_config
+from mstrain.errors import DatasetNotFoundError
+from mstrain.jobs.mlp_mnist import build_network, load_mnist
 
 SHORT = ["train.epochs=2", "data.train_size=4000", "data.test_size=1000", "train.seed=1"]
 
@@ -23,7 +23,7 @@ def test_short_run_learns_far_above_chance(repo_root, monkeypatch):
 
 
 def test_sink_mode_override_reaches_training_and_gives_the_same_model(repo_root, monkeypatch):
-    from core.train import Model
+    from mstrain.train import Model
     monkeypatch.chdir(repo_root)
     calls = []
     original = Model.train

@@ -1,10 +1,10 @@
-"""The multi-head graph kernels (core.kernels.graph): C++ and numpy paths against plain loops."""
+"""The multi-head graph kernels (mstrain.kernels.graph): C++ and numpy paths against plain loops."""
 import numpy as np
 import pytest
 
-from core import kernels
-from core.errors import ShapeError
-from core.kernels import graph as G
+from mstrain import kernels
+from mstrain.errors import ShapeError
+from mstrain.kernels import graph as G
 
 NAMES = ["graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_csr_softmax", "graph_csr_softmax_backward",
          "graph_gat_attention", "graph_gat_attention_backward"]

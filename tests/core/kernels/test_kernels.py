@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from core import kernels
-from core.errors import ShapeError
+from mstrain import kernels
+from mstrain.errors import ShapeError
 
 KERNEL_NAMES = ["scatter_add_rows", "segment_sum", "segment_max", "segment_softmax", "spmm_csr",
                 "adam_update"]

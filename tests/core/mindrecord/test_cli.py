@@ -1,10 +1,10 @@
-"""`mstrain data convert|info` through core.mindrecord.cli.main."""
+"""`mstrain data convert|info` through mstrain.mindrecord.cli.main."""
 import json
 
 import numpy as np
 
-from core.mindrecord import FileReader
-from core.mindrecord.cli import main
+from mstrain.mindrecord import FileReader
+from mstrain.mindrecord.cli import main
 
 
 def test_convert_a_directory_of_npy_columns_and_describe_it(tmp_path, capsys):

@@ -4,8 +4,8 @@ import os
 import numpy as np
 import pytest
 
-from core import dataset as ds
-from core.mindrecord import FileReader, FileWriter
+from mstrain import dataset as ds
+from mstrain.mindrecord import FileReader, FileWriter
 
 SCHEMA = {
     "i32": {"type": "int32"}, "i64": {"type": "int64"}, "f32": {"type": "float32"},

@@ -8,8 +8,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from core.errors import RecordFileError
-from core.mindrecord import FileReader, FileWriter
+from mstrain.errors import RecordFileError
+from mstrain.mindrecord import FileReader, FileWriter
 
 SCHEMA = {"x": {"type": "float32", "shape": [4]}, "label": {"type": "int64"}, "tag": {"type": "string"}}
 
@@ -101,7 +101,7 @@ _CRASH = textwrap.dedent("""
     import os, sys
     import numpy as np
     sys.path.insert(0, sys.argv[2])
-    from core.mindrecord import FileWriter
+    from mstrain.mindrecord import FileWriter
     writer = FileWriter(sys.argv[1], page_size=64)
     writer.add_schema({"x": {"type": "float32", "shape": [4]}})
     writer.write_raw_data([{"x": np.zeros(4, np.float32)} for _ in range(200)])

@@ -1,8 +1,8 @@
 """Gradient checks for Cells: value_and_grad against central finite differences (float64)."""
 import numpy as np
 
-import core as ms
-from core import Tensor
+import mstrain as ms
+from mstrain import Tensor
 
 EPS = 1e-6
 

@@ -4,8 +4,8 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-import core as ms
-from core import Parameter, ParameterTuple, Tensor, nn
+import mstrain as ms
+from mstrain import Parameter, ParameterTuple, Tensor, nn
 
 
 class MLP(nn.Cell):
@@ -159,7 +159,7 @@ def test_recomputed_cell_gives_the_same_gradients():
 
 
 def test_graph_mode_runs_cells_through_the_context_runner(monkeypatch):
-    from core import context
+    from mstrain import context
     calls = []
     monkeypatch.setattr(context.STATE, "cell_runner", lambda cell, args, kwargs: calls.append(cell) or "ran")
     net = MLP()

@@ -4,10 +4,10 @@ import math
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor
-from core.common import initializer as init
-from core.errors import ConfigError, ShapeError
+import mstrain as ms
+from mstrain import Tensor
+from mstrain.common import initializer as init
+from mstrain.errors import ConfigError, ShapeError
 
 SHAPE = (200, 300)  # fan_in 300, fan_out 200
 

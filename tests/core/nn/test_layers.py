@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor, nn
-from core.errors import ShapeError
+import mstrain as ms
+from mstrain import Tensor, nn
+from mstrain.errors import ShapeError
 
 from .gradcheck import check_cell_grads
 

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from core import Tensor, nn
-from core.errors import ShapeError
+from mstrain import Tensor, nn
+from mstrain.errors import ShapeError
 
 from .gradcheck import check_cell_grads
 

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from core import Tensor, nn
-from core.errors import ConfigError
+from mstrain import Tensor, nn
+from mstrain.errors import ConfigError
 
 
 def _at(schedule, step):

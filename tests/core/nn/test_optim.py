@@ -4,10 +4,10 @@ import math
 import numpy as np
 import pytest
 
-import core as ms
-from core import Parameter, Tensor, nn
-from core.errors import ConfigError
-from core.ops.primitive import REGISTRY
+import mstrain as ms
+from mstrain import Parameter, Tensor, nn
+from mstrain.errors import ConfigError
+from mstrain.ops.primitive import REGISTRY
 
 STEPS = 5
 

@@ -3,8 +3,8 @@ one is the plain update bit for bit, eagerly and compiled (GRAPH_MODE, the expan
 import numpy as np
 import pytest
 
-import core as ms
-from core import Parameter, Tensor, nn
+import mstrain as ms
+from mstrain import Parameter, Tensor, nn
 
 OPTIMIZERS = [
     (nn.Momentum, dict(learning_rate=0.1, momentum=0.9, weight_decay=0.01)),

@@ -4,9 +4,9 @@ import warnings
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor, nn
-from core.nn import wrap
+import mstrain as ms
+from mstrain import Tensor, nn
+from mstrain.nn import wrap
 
 
 class MLP(nn.Cell):
@@ -77,7 +77,7 @@ def test_with_eval_cell_returns_loss_outputs_label():
 
 
 class _RecordingUpdateCell:
-    """The update-cell interface of core.train.loss_scale: `loss_scale` and `update(overflow)`."""
+    """The update-cell interface of mstrain.train.loss_scale: `loss_scale` and `update(overflow)`."""
 
     def __init__(self, scale):
         self.loss_scale = scale

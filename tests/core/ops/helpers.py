@@ -8,8 +8,8 @@ same one level up: the gradient of the gradient against finite differences of th
 """
 import numpy as np
 
-import core as ms
-from core import Tensor
+import mstrain as ms
+from mstrain import Tensor
 
 EPS = 1e-6
 

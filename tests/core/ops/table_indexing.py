@@ -2,8 +2,8 @@
 Index arrays are fixed with repeats so the scatter-adds must accumulate."""
 import numpy as np
 
-from core.ops import functional as F
-from core.ops import indexing
+from mstrain.ops import functional as F
+from mstrain.ops import indexing
 
 from .cases import case, const, normal
 

@@ -1,8 +1,8 @@
 """Op-table rows for the elementwise math, reductions and shape ops (core/ops/{math,reduce,array}.py)."""
 import numpy as np
 
-from core.ops import array as array_ops
-from core.ops import functional as F
+from mstrain.ops import array as array_ops
+from mstrain.ops import functional as F
 
 from .cases import away, case, const, integers, normal, positive
 

@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 
-from core.ops import functional as F
-from core.ops import nn_ops
+from mstrain.ops import functional as F
+from mstrain.ops import nn_ops
 
 from .cases import away, case, integers, normal, positive
 
@@ -124,8 +124,8 @@ CASES = [
 
 
 def _layer_rows():
-    """Rows for primitives other rooms of core register (core.nn layers)."""
-    from core.nn import _primitives as layers
+    """Rows for primitives other rooms of core register (mstrain.nn layers)."""
+    from mstrain.nn import _primitives as layers
     return [
         case("dense", layers.dense, lambda x, w, b: x @ w.T + b, normal(4, 3), normal(5, 3), normal(5),
              second_order=True),

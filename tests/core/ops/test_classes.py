@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor, ops
-from core.errors import ParallelConfigError
-from core.ops import functional as F
-from core.ops.primitive import apply, dispatch
+import mstrain as ms
+from mstrain import Tensor, ops
+from mstrain.errors import ParallelConfigError
+from mstrain.ops import functional as F
+from mstrain.ops.primitive import apply, dispatch
 
 _RNG = np.random.default_rng(0)
 X = _RNG.standard_normal((4, 6)).astype(np.float32)

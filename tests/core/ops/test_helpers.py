@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from core.ops.math import mul
-from core.ops.primitive import defop
+from mstrain.ops.math import mul
+from mstrain.ops.primitive import defop
 
 from .helpers import check_op, check_second_order
 

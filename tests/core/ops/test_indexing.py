@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor, ops
-from core.errors import ShapeError
-from core.ops import _scatter
+import mstrain as ms
+from mstrain import Tensor, ops
+from mstrain.errors import ShapeError
+from mstrain.ops import _scatter
 
 
 def _reference_rows(shape, index, src):

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor, ops
-from core.errors import ShapeError
+import mstrain as ms
+from mstrain import Tensor, ops
+from mstrain.errors import ShapeError
 
 
 def test_mindspore_second_order_example():

@@ -6,16 +6,16 @@ import pkgutil
 import numpy as np
 import pytest
 
-import core
-import core.ops
-from core.ops import primitive
-from core.ops.primitive import REGISTRY, apply, dispatch
+import mstrain
+import mstrain.ops
+from mstrain.ops import primitive
+from mstrain.ops.primitive import REGISTRY, apply, dispatch
 
 from . import table_indexing, table_math, table_nn
 from .helpers import check_op, check_second_order
 
-for _module in pkgutil.iter_modules(core.ops.__path__):  # every op module registers its primitives
-    importlib.import_module(f"core.ops.{_module.name}")
+for _module in pkgutil.iter_modules(mstrain.ops.__path__):  # every op module registers its primitives
+    importlib.import_module(f"mstrain.ops.{_module.name}")
 
 CASES = table_math.CASES + table_nn.CASES + table_indexing.CASES
 _IDS = [c.id for c in CASES]
@@ -68,18 +68,18 @@ def test_float32_stays_float32_forward_and_backward(row):
     """No primitive on the way (VJPs included) may upcast float32 inputs to float64."""
     inputs = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a
               for a in row.make(np.random.default_rng(3))]
-    tensors = [core.Tensor(a) if isinstance(a, np.ndarray) else a for a in inputs]
+    tensors = [mstrain.Tensor(a) if isinstance(a, np.ndarray) else a for a in inputs]
     positions = tuple(i for i, a in enumerate(inputs) if isinstance(a, np.ndarray) and a.dtype.kind == "f")
 
     def loss(*args):
         outs = row.fn(*args)
         outs = outs if isinstance(outs, tuple) else (outs,)
-        return core.ops.add_n([core.ops.sum(o) for o in outs if o.dtype.kind == "f"])
+        return mstrain.ops.add_n([mstrain.ops.sum(o) for o in outs if o.dtype.kind == "f"])
 
     spy = _Spy()
     dispatch.tracer = spy
     try:
-        core.grad(loss, grad_position=positions)(*tensors)
+        mstrain.grad(loss, grad_position=positions)(*tensors)
     finally:
         dispatch.tracer = None
     upcast = sorted(name for name, dtype in spy.float_dtypes if dtype != np.float32)

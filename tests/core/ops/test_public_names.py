@@ -1,8 +1,8 @@
-"""Names a MindSpore user reaches through `core.ops`: autodiff entry points and stop_gradient."""
+"""Names a MindSpore user reaches through `mstrain.ops`: autodiff entry points and stop_gradient."""
 import numpy as np
 
-import core as ms
-from core import Tensor, ops
+import mstrain as ms
+from mstrain import Tensor, ops
 
 
 def test_ops_exposes_the_autodiff_entry_points():

@@ -1,12 +1,12 @@
-"""core.random state handling and the ops that draw from it (dropout)."""
+"""mstrain.random state handling and the ops that draw from it (dropout)."""
 import json
 
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor, ops
-from core import random as ms_random
+import mstrain as ms
+from mstrain import Tensor, ops
+from mstrain import random as ms_random
 
 
 def test_set_seed_makes_draws_repeatable():

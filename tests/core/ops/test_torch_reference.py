@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor, ops
+import mstrain as ms
+from mstrain import Tensor, ops
 
 torch = pytest.importorskip("torch")
 tF = torch.nn.functional

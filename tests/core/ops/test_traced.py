@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-import core as ms
-from core import Tensor, ops
+import mstrain as ms
+from mstrain import Tensor, ops
 
-jit_module = pytest.importorskip("core.jit")
+jit_module = pytest.importorskip("mstrain.jit")
 
 
 @pytest.fixture(autouse=True)

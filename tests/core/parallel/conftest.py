@@ -5,7 +5,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def isolated_hardware_profile(tmp_path_factory, monkeypatch):
-    from core.parallel import calibrate
+    from mstrain.parallel import calibrate
     monkeypatch.setenv("MSTRAIN_CACHE_DIR", str(tmp_path_factory.mktemp("mstrain-cache")))
     calibrate._cached.clear()
     yield

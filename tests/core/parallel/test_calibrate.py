@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from core.parallel import calibrate
-from core.parallel.cost_model import Hardware, TransformerSpec, layer_plan
-from core.parallel.search import Candidate, evaluate, search
+from mstrain.parallel import calibrate
+from mstrain.parallel.cost_model import Hardware, TransformerSpec, layer_plan
+from mstrain.parallel.search import Candidate, evaluate, search
 
 GPT = "model: {n_layer: 4, n_embd: 128, n_head: 4, vocab_size: 256, block_size: 64}\ntrain: {batch_size: 8}\n"
 
@@ -35,7 +35,7 @@ def test_calibrate_writes_a_profile_that_later_plans_use(config, mstrain):
     sizes = [f for f, _ in hw.matmul_curve]
     assert sizes == sorted(sizes) and len(sizes) >= 5
     assert max(r for _, r in hw.matmul_curve) == 1.0 and min(r for _, r in hw.matmul_curve) > 0
-    assert hw.ops_per_layer > 50 and hw.ops_fixed > 10  # counted on a real layer of core.parallel.layers
+    assert hw.ops_per_layer > 50 and hw.ops_fixed > 10  # counted on a real layer of mstrain.parallel.layers
     assert set(profile["links"]) == {"1", "2"} and profile["links"]["2"]["bandwidth"] > 0
     assert hw.shared_slowdown >= 1.0 and hw.collective_sync >= 0.0
     code, out, err = mstrain("plan", "--config", str(config), "-n", "2", "--json")
@@ -106,8 +106,8 @@ def test_ranks_sharing_the_machine_slow_the_compute_not_the_links():
 
 
 def test_the_counting_tracer_counts_forward_and_backward_calls():
-    import core as ms
-    from core.ops import functional as F
+    import mstrain as ms
+    from mstrain.ops import functional as F
     x = ms.Tensor(np.ones(3, np.float32))
     grad = ms.value_and_grad(lambda t: F.sum(F.mul(t, 2.0)), 0)
     calls, seconds = calibrate._calls_and_time(lambda: grad(x))

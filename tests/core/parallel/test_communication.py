@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from core import communication as comm
-from core.communication import ParallelGroups
-from core.errors import ParallelConfigError
+from mstrain import communication as comm
+from mstrain.communication import ParallelGroups
+from mstrain.errors import ParallelConfigError
 
 from ._mpi import load_ranks, run_mpi, run_single
 

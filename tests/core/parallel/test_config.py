@@ -1,10 +1,10 @@
 """The parallel config is checked up front: each violation is one sentence naming keys and numbers."""
 import pytest
 
-from core.errors import ParallelConfigError
-from core.parallel import get_auto_parallel_context, reset_auto_parallel_context, set_auto_parallel_context
-from core.parallel.config import validate_parallel_config
-from core.parallel.context import data_shard
+from mstrain.errors import ParallelConfigError
+from mstrain.parallel import get_auto_parallel_context, reset_auto_parallel_context, set_auto_parallel_context
+from mstrain.parallel.config import validate_parallel_config
+from mstrain.parallel.context import data_shard
 
 GPT = {"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 64, "batch_size": 16}
 
@@ -64,7 +64,7 @@ def test_dataset_shards_follow_the_data_parallel_replicas():
 
 
 def test_auto_parallel_takes_the_searched_layout():
-    from core.parallel.config import _searched_layout
+    from mstrain.parallel.config import _searched_layout
     model = {"n_layer": 24, "n_embd": 2048, "n_head": 16, "vocab_size": 50304, "block_size": 1024}
     chosen = _searched_layout({"parallel_mode": "auto_parallel", "search_mode": "dynamic_programming",
                                "memory_limit_gb": 16}, model, {"train": {"batch_size": 8}}, 64)

@@ -51,10 +51,10 @@ def test_semi_auto_strategies_inside_pipeline_stages(tmp_path_factory, n, stages
 
 
 def test_recompute_gives_the_same_gradients_with_dropout():
-    import core as ms
-    from core.nn.container import SequentialCell
-    from core.nn.layers import Dense, Dropout
-    from core.ops import functional as F
+    import mstrain as ms
+    from mstrain.nn.container import SequentialCell
+    from mstrain.nn.layers import Dense, Dropout
+    from mstrain.ops import functional as F
 
     ms.set_seed(0)
     block = SequentialCell([Dense(4, 8, activation="tanh"), Dropout(p=0.3), Dense(8, 4)]).set_train(True)
@@ -75,9 +75,9 @@ def test_recompute_gives_the_same_gradients_with_dropout():
 def test_model_trains_a_pipeline_cell_with_the_1f1b_step():
     """Model(PipelineCell(net, loss, M), optimizer=opt), as in MindSpore, trains with the
     pipeline's own step: on one process it is gradient accumulation, equal to the plain step."""
-    import core as ms
-    from core import Model, dataset as ds, nn
-    from core.parallel import PipelineCell
+    import mstrain as ms
+    from mstrain import Model, dataset as ds, nn
+    from mstrain.parallel import PipelineCell
 
     rng = np.random.default_rng(0)
     data = {"x": rng.standard_normal((32, 6)).astype(np.float32), "y": rng.integers(0, 3, 32).astype(np.int32)}

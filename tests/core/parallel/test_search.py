@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from core.errors import ParallelConfigError
-from core.parallel.cost_model import Hardware, TransformerSpec, layer_plan, redistribution_time
-from core.parallel.search import search
+from mstrain.errors import ParallelConfigError
+from mstrain.parallel.cost_model import Hardware, TransformerSpec, layer_plan, redistribution_time
+from mstrain.parallel.search import search
 
 GPT24 = TransformerSpec(num_layers=24, hidden_size=2048, num_heads=16, vocab_size=50304, seq_length=1024,
                         batch_size=512)

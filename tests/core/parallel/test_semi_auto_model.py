@@ -4,11 +4,11 @@ whole batch with full_batch) and the trained weights equal one process's."""
 import numpy as np
 import pytest
 
-from core import nn
-from core.errors import ParallelConfigError
-from core.parallel import auto_wrap, reset_auto_parallel_context, set_auto_parallel_context
-from core.parallel.spmd import SemiAutoParallelCell, batch_layout
-from core.parallel.context import data_shard
+from mstrain import nn
+from mstrain.errors import ParallelConfigError
+from mstrain.parallel import auto_wrap, reset_auto_parallel_context, set_auto_parallel_context
+from mstrain.parallel.spmd import SemiAutoParallelCell, batch_layout
+from mstrain.parallel.context import data_shard
 
 from ._mpi import load_ranks, run_mpi, run_single
 
@@ -48,7 +48,7 @@ def test_model_train_under_semi_auto_matches_one_process(tmp_path, single, n, ne
 @pytest.fixture
 def fake_world(monkeypatch):
     """Pretend to be rank 0 of 4 for the arithmetic of the planner (no collective is made)."""
-    from core import communication
+    from mstrain import communication
     monkeypatch.setattr(communication, "get_group_size", lambda group=None: 4)
     yield
     reset_auto_parallel_context()

@@ -1,11 +1,11 @@
-"""Fixtures of the core.train tests."""
+"""Fixtures of the mstrain.train tests."""
 import pytest
 
-from core.train import runner as runner_module
+from mstrain.train import runner as runner_module
 
 
 @pytest.fixture
 def eager_sink(monkeypatch):
-    """Sink mode with the eager runner, whatever core.graph provides: for tests whose stand-in
+    """Sink mode with the eager runner, whatever mstrain.graph provides: for tests whose stand-in
     train networks (Python side effects per step) are about the loop, not about compilation."""
     monkeypatch.setattr(runner_module, "graph_sink_runner_class", lambda: None)

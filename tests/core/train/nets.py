@@ -1,9 +1,9 @@
-"""Small networks and data shared by the core.train tests."""
+"""Small networks and data shared by the mstrain.train tests."""
 import numpy as np
 
-import core as ms
-from core import nn
-from core.tensor import Tensor
+import mstrain as ms
+from mstrain import nn
+from mstrain.tensor import Tensor
 
 D_IN, D_HIDDEN, N_CLASSES = 6, 16, 3
 

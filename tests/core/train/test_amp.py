@@ -4,10 +4,10 @@ import logging
 import numpy as np
 import pytest
 
-import core as ms
-from core import nn
-from core.train.callback import LambdaCallback
-from core.train.loss_scale import DynamicLossScaleUpdateCell, FixedLossScaleManager
+import mstrain as ms
+from mstrain import nn
+from mstrain.train.callback import LambdaCallback
+from mstrain.train.loss_scale import DynamicLossScaleUpdateCell, FixedLossScaleManager
 
 from .nets import MLP, as_batches, make_data, make_model, weights
 

@@ -5,11 +5,11 @@ import logging
 import numpy as np
 import pytest
 
-import core as ms
-from core.tensor import Parameter
-from core.train import callback as cb
-from core.train import runner as runner_module
-from core.train.callback import Callback, RunContext, RunContextArgs
+import mstrain as ms
+from mstrain.tensor import Parameter
+from mstrain.train import callback as cb
+from mstrain.train import runner as runner_module
+from mstrain.train.callback import Callback, RunContext, RunContextArgs
 
 from .nets import CountingStep, as_batches, id_batches, make_data, make_model
 
@@ -194,7 +194,7 @@ def test_time_monitor_and_progress_bar_output():
 
 
 def test_progress_bar_is_default_only_on_a_terminal(monkeypatch):
-    from core.train import model as model_module
+    from mstrain.train import model as model_module
 
     class Terminal(io.StringIO):
         def isatty(self):

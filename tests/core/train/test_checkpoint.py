@@ -4,10 +4,10 @@ import os
 import numpy as np
 import pytest
 
-import core as ms
-from core.errors import CheckpointError
-from core.tensor import Parameter, Tensor
-from core.train import serialization
+import mstrain as ms
+from mstrain.errors import CheckpointError
+from mstrain.tensor import Parameter, Tensor
+from mstrain.train import serialization
 
 from .nets import MLP, make_model, weights
 

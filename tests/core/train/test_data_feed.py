@@ -5,8 +5,8 @@ import traceback
 import numpy as np
 import pytest
 
-import core as ms
-from core.train.dataset_helper import BatchStream, DataSinkQueue
+import mstrain as ms
+from mstrain.train.dataset_helper import BatchStream, DataSinkQueue
 
 from .nets import CountingStep, id_batches
 
@@ -130,7 +130,7 @@ def _explode_on_seven(x):
 
 
 def test_model_sink_mode_feeds_through_the_queue_and_reraises_pipeline_errors(monkeypatch):
-    from core.train import model as model_module
+    from mstrain.train import model as model_module
 
     made = []
 

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from core.tensor import Tensor
-from core.train import metrics as M
+from mstrain.tensor import Tensor
+from mstrain.train import metrics as M
 
 RNG = np.random.default_rng(0)
 

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-import core as ms
-from core import nn
-from core.train import callback as cb
-from core.train.metrics import Accuracy, Loss
+import mstrain as ms
+from mstrain import nn
+from mstrain.train import callback as cb
+from mstrain.train.metrics import Accuracy, Loss
 
 from .nets import MLP, as_batches, make_data, make_model, numpy_forward
 

@@ -5,9 +5,9 @@ import os
 import numpy as np
 import pytest
 
-import core as ms
-from core.errors import CheckpointError
-from core.train.callback import CheckpointConfig, LambdaCallback, ModelCheckpoint
+import mstrain as ms
+from mstrain.errors import CheckpointError
+from mstrain.train.callback import CheckpointConfig, LambdaCallback, ModelCheckpoint
 
 from .nets import make_data, make_model, weights
 
@@ -83,7 +83,7 @@ def test_resume_in_sink_mode_is_bit_identical(tmp_path):
 
 
 def test_resume_with_the_compiled_sink_runner_matches(tmp_path):
-    """With core.graph's GraphSinkRunner (when present). Tracing after a (re)start undoes its own
+    """With mstrain.graph's GraphSinkRunner (when present). Tracing after a (re)start undoes its own
     writes and random draws, so every step, the first included, runs the compiled plan: the
     resumed run repeats the uninterrupted one bit for bit."""
     sink = dict(dataset_sink_mode=True, sink_size=4)

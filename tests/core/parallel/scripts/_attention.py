@@ -4,10 +4,10 @@ elementwise ops, LayerNorm and the tied output product left to propagation). It 
 mean token loss of (ids, labels) of shape (B, T)."""
 import numpy as np
 
-from core import ops
-from core.nn.cell import Cell
-from core.ops import functional as F
-from core.tensor import Parameter
+from mstrain import ops
+from mstrain.nn.cell import Cell
+from mstrain.ops import functional as F
+from mstrain.tensor import Parameter
 
 V, H, NH, T, B = 16, 8, 4, 4, 4
 

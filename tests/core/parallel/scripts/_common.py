@@ -7,11 +7,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 
-import core as ms  # noqa: E402
-from core import communication as comm  # noqa: E402
-from core.nn.container import SequentialCell  # noqa: E402
-from core.nn.layers import Dense  # noqa: E402
-from core.nn.loss import SoftmaxCrossEntropyWithLogits  # noqa: E402,F401  (re-exported to the scripts)
+import mstrain as ms  # noqa: E402
+from mstrain import communication as comm  # noqa: E402
+from mstrain.nn.container import SequentialCell  # noqa: E402
+from mstrain.nn.layers import Dense  # noqa: E402
+from mstrain.nn.loss import SoftmaxCrossEntropyWithLogits  # noqa: E402,F401  (re-exported to the scripts)
 
 
 def out_dir():

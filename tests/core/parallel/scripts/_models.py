@@ -1,7 +1,7 @@
 """Networks shared by the MPI test scripts."""
-from core.nn.cell import Cell
-from core.nn.layers import LayerNorm
-from core.parallel.layers import (ParallelAttention, ParallelMLP, VocabParallelCrossEntropy,
+from mstrain.nn.cell import Cell
+from mstrain.nn.layers import LayerNorm
+from mstrain.parallel.layers import (ParallelAttention, ParallelMLP, VocabParallelCrossEntropy,
                                   VocabParallelEmbedding, vocab_parallel_logits)
 
 VOCAB, HIDDEN, HEADS, T, BATCH = 16, 8, 4, 6, 4

@@ -12,13 +12,13 @@ import numpy as np
 
 from _common import comm, ms, out_dir, save
 from _models import BATCH, T, VOCAB, TinyGPT
-from core.communication import all_gather_object
-from core.nn.cell import Cell
-from core.nn.optim.adam import AdamW
-from core.nn.optim.sgd import Momentum
-from core.parallel import DistributedGradReducer, ParallelOptimizer, parallel_groups, set_auto_parallel_context
-from core.parallel.checkpoint import load_distributed_checkpoint, save_distributed_checkpoint, save_strategy
-from core.parallel.layout import assemble
+from mstrain.communication import all_gather_object
+from mstrain.nn.cell import Cell
+from mstrain.nn.optim.adam import AdamW
+from mstrain.nn.optim.sgd import Momentum
+from mstrain.parallel import DistributedGradReducer, ParallelOptimizer, parallel_groups, set_auto_parallel_context
+from mstrain.parallel.checkpoint import load_distributed_checkpoint, save_distributed_checkpoint, save_strategy
+from mstrain.parallel.layout import assemble
 
 
 class TrainStep(Cell):

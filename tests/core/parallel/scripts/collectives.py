@@ -3,7 +3,7 @@ Rank r holds x_r = arange(12).reshape(4, 3) * (r + 1); results are saved for num
 import numpy as np
 
 from _common import comm, ms, out_dir, save
-from core.ops import functional as F
+from mstrain.ops import functional as F
 
 out = out_dir()
 comm.init()

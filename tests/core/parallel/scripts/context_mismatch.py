@@ -4,7 +4,7 @@ same (the same context everywhere: one all-gather per TrainOneStepCell built).""
 import sys
 
 from _common import comm, ms, mlp, out_dir, save
-from core import nn
+from mstrain import nn
 
 out, mode = out_dir(), sys.argv[2]
 comm.init()

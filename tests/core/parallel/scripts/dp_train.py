@@ -4,7 +4,7 @@ import sys
 import numpy as np
 
 from _common import SoftmaxCrossEntropyWithLogits, batches, comm, ms, mlp, out_dir, save
-from core.parallel import DistributedGradReducer
+from mstrain.parallel import DistributedGradReducer
 
 out, steps = out_dir(), int(sys.argv[2])
 comm.init()

@@ -5,12 +5,12 @@ import sys
 import numpy as np
 
 from _common import comm
-from core.errors import ConfigError
+from mstrain.errors import ConfigError
 
 comm.init()
 if comm.get_rank() == 1:
     if sys.argv[2] == "cli":
-        from core.cli import _user_error
+        from mstrain.cli import _user_error
         sys.exit(_user_error(ConfigError("bad value", source="job.yaml", key="train.lr")))
     sys.exit(3)
 comm.all_reduce_array(np.ones(3))

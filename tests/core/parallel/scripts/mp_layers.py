@@ -5,10 +5,10 @@ import sys
 import numpy as np
 
 from _common import comm, ms, out_dir, save
-from core.communication import all_gather_object
+from mstrain.communication import all_gather_object
 from _models import BATCH, T, VOCAB, TinyGPT
-from core.parallel import DistributedGradReducer, parallel_groups, set_auto_parallel_context
-from core.parallel.layout import assemble
+from mstrain.parallel import DistributedGradReducer, parallel_groups, set_auto_parallel_context
+from mstrain.parallel.layout import assemble
 
 out, steps, mp = out_dir(), int(sys.argv[2]), int(sys.argv[3])
 comm.init()

@@ -2,8 +2,8 @@
 import sys
 
 from _common import SoftmaxCrossEntropyWithLogits, batches, comm, ms, mlp, out_dir, save
-from core.nn.optim.adam import Adam
-from core.parallel import ParallelOptimizer, set_auto_parallel_context
+from mstrain.nn.optim.adam import Adam
+from mstrain.parallel import ParallelOptimizer, set_auto_parallel_context
 
 out, steps = out_dir(), int(sys.argv[2])
 comm.init()

@@ -5,9 +5,9 @@ import sys
 import numpy as np
 
 from _common import SoftmaxCrossEntropyWithLogits, batches, comm, mlp, out_dir, save
-from core.nn.optim.sgd import Momentum
-from core.parallel import parallel_groups, set_auto_parallel_context
-from core.parallel.pipeline import PipelineCell, PipelineTrainOneStepCell
+from mstrain.nn.optim.sgd import Momentum
+from mstrain.parallel import parallel_groups, set_auto_parallel_context
+from mstrain.parallel.pipeline import PipelineCell, PipelineTrainOneStepCell
 
 out, steps, stages, micro = out_dir(), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 recompute = len(sys.argv) > 5 and sys.argv[5] == "recompute"

@@ -7,10 +7,10 @@ import numpy as np
 
 from _attention import B, T, V, Attention, strategies
 from _common import comm, ms, out_dir, save
-from core.communication import all_gather_object
-from core.parallel.cost_model import Hardware
-from core.parallel.layout import assemble
-from core.parallel.spmd import SemiAutoParallelCell, shard_parameters
+from mstrain.communication import all_gather_object
+from mstrain.parallel.cost_model import Hardware
+from mstrain.parallel.layout import assemble
+from mstrain.parallel.spmd import SemiAutoParallelCell, shard_parameters
 
 out, steps, mode = out_dir(), int(sys.argv[2]), sys.argv[3]
 comm.init()

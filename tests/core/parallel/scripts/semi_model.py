@@ -15,11 +15,11 @@ import numpy as np
 from _attention import B, T, V, Attention
 from _attention import strategies as attention_strategies
 from _common import batches, comm, ms, out_dir, save
-from core import dataset as ds
-from core import nn, ops
-from core.nn.cell import Cell
-from core.parallel import SemiAutoParallelCell
-from core.tensor import Parameter
+from mstrain import dataset as ds
+from mstrain import nn, ops
+from mstrain.nn.cell import Cell
+from mstrain.parallel import SemiAutoParallelCell
+from mstrain.tensor import Parameter
 
 GLOBAL_BATCH = 32
 

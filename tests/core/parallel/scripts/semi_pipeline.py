@@ -8,12 +8,12 @@ import sys
 import numpy as np
 
 from _common import batches, comm, ms, out_dir, save
-from core import nn, ops
-from core.nn.cell import Cell
-from core.nn.container import SequentialCell
-from core.parallel import parallel_groups, set_auto_parallel_context
-from core.parallel.pipeline import PipelineCell, PipelineTrainOneStepCell
-from core.tensor import Parameter
+from mstrain import nn, ops
+from mstrain.nn.cell import Cell
+from mstrain.nn.container import SequentialCell
+from mstrain.parallel import parallel_groups, set_auto_parallel_context
+from mstrain.parallel.pipeline import PipelineCell, PipelineTrainOneStepCell
+from mstrain.tensor import Parameter
 
 SIZES = (16, 24, 24, 24, 4)
 

@@ -6,10 +6,10 @@ optional argv[4] "graph": the same in GRAPH_MODE."""
 import sys
 
 from _common import batches, comm, ms, mlp, out_dir, save
-from core import dataset as ds
-from core import nn, ops
-from core.jit import jit_compile_count
-from core.parallel import SemiAutoParallelCell
+from mstrain import dataset as ds
+from mstrain import nn, ops
+from mstrain.jit import jit_compile_count
+from mstrain.parallel import SemiAutoParallelCell
 
 out, steps, mode = out_dir(), int(sys.argv[2]), sys.argv[3]
 comm.init()
