@@ -1,6 +1,8 @@
 """Build script for the C++ kernels; the package metadata lives in pyproject.toml.
 
-Every core/kernels/src/<stem>.cpp becomes its own pybind11 module `mstrain.kernels._<stem>`, compiled
+Every core/kernels/src/<stem>.cpp becomes its own pybind11 module `mstrain.kernels._<stem>`, and
+every <kit>/kernels/src/<stem>.cpp the module `mstrain.<kit>.kernels._<stem>` (core/kernels/src is on
+the include path, so kits share its headers), compiled
 with the system compiler (-O3, plus -fopenmp when the compiler accepts it). A kernel that fails to
 compile does not fail the installation: it is skipped with a warning and mstrain.kernels runs its
 numpy reference instead. `pip install -e .` builds the modules in place, next to the sources.
@@ -36,14 +38,20 @@ def _kernel_extensions():
         print("mstrain: pybind11 is not installed; C++ kernels are skipped (numpy fallback)", file=sys.stderr)
         return []
     extensions = []
-    for source in sorted(glob.glob(os.path.join(KERNEL_DIR, "*.cpp"))):
-        stem = os.path.splitext(os.path.basename(source))[0]
-        extensions.append(Pybind11Extension(
-            f"mstrain.kernels._{stem}", [source], include_dirs=[KERNEL_DIR], cxx_std=17,
-            # -fno-math-errno lets sqrt vectorise (results unchanged); no -ffast-math: it breaks NaN checks
-            extra_compile_args=["-O3", "-fno-math-errno"],
-        ))
+    for package, folder in PACKAGE_ROOTS.items():  # core's kernels and each kit's own
+        source_dir = os.path.join(folder, "kernels", "src")
+        for source in sorted(glob.glob(os.path.join(source_dir, "*.cpp"))):
+            stem = os.path.splitext(os.path.basename(source))[0]
+            extensions.append(_extension(f"{package}.kernels._{stem}", source, source_dir))
     return extensions
+
+
+def _extension(name, source, source_dir):
+    return Pybind11Extension(
+        name, [source], include_dirs=[source_dir, KERNEL_DIR], cxx_std=17,
+        # -fno-math-errno lets sqrt vectorise (results unchanged); no -ffast-math: it breaks NaN checks
+        extra_compile_args=["-O3", "-fno-math-errno"],
+    )
 
 
 def _make_lenient_build_ext():

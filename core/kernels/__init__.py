@@ -27,7 +27,7 @@ from . import reference
 
 __all__ = [
     "available", "native_kernels", "scatter_add_rows", "segment_sum", "segment_max", "spmm_csr",
-    "segment_softmax", "adam_update", "adamw_update",
+    "segment_softmax", "adam_update", "adamw_update", "native_module", "kernels_disabled",
 ]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -70,8 +70,35 @@ def native_kernels():
     return sorted(_load_native_table())
 
 
-def _disabled():
+def kernels_disabled():
+    """True when MSTRAIN_DISABLE_KERNELS asks for the numpy paths (read at each call)."""
     return os.environ.get("MSTRAIN_DISABLE_KERNELS", "").strip().lower() not in ("", "0", "false", "no")
+
+
+_disabled = kernels_disabled
+_kit_modules = {}  # (package, stem) -> module, or None when not built / not loadable
+
+
+def native_module(package, stem):
+    """The C++ extension `<package>.kernels._<stem>` of a kit, or None (not built, not loadable, or
+    MSTRAIN_DISABLE_KERNELS set): the public way for a kit to reach its own kernels.
+
+    A kit keeps its sources in `<kit folder>/kernels/src/<stem>.cpp`; the build (setup.py) compiles
+    each into `mstrain.<kit>.kernels._<stem>` exactly as core's own kernels. The caller keeps a numpy
+    (or Python) reference for the None case, and a test compares the two.
+
+    >>> native_module("mstrain.gnn", "no_such_kernel") is None
+    True
+    """
+    if kernels_disabled():
+        return None
+    key = (package, stem)
+    if key not in _kit_modules:
+        try:
+            _kit_modules[key] = importlib.import_module(f"{package}.kernels._{stem}")
+        except ImportError:
+            _kit_modules[key] = None
+    return _kit_modules[key]
 
 
 def available(name):
