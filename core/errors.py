@@ -22,6 +22,10 @@ class DatasetNotFoundError(UserError, FileNotFoundError):
     """A dataset file or directory named by the user does not exist or is incomplete."""
 
 
+class DatasetFormatError(UserError, ValueError):
+    """A dataset file exists but its contents are not in the expected format."""
+
+
 class RecordFileError(UserError, IOError):
     """A record file is truncated, corrupt or does not match its schema."""
 

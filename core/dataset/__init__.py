@@ -5,9 +5,12 @@
     for x, y in data.create_tuple_iterator(num_epochs=1): ...
 
 Sources: NumpySlicesDataset, GeneratorDataset, TextFileDataset, MindDataset (record files of
-`mstrain.mindrecord`), and `SourceDataset` / `register_source` for kits' own sources.
+`mstrain.mindrecord`), the on-disk formats MnistDataset, Cifar10Dataset, ImageFolderDataset and
+CSVDataset, and `SourceDataset` / `register_source` for kits' own sources.
 Operations: map, batch, shuffle, repeat, take, skip, project, rename, zip, concat, filter.
-Transforms: `vision` (Normalize, RandomCrop, RandomHorizontalFlip, HWC2CHW, Rescale, Resize),
+Transforms: `vision` (Decode, Normalize, RandomCrop, CenterCrop, RandomResizedCrop, RandomRotation,
+RandomColorAdjust, RandomHorizontalFlip, Pad, HWC2CHW, ToTensor, Rescale, Resize; also reachable
+as `vision.c_transforms` / `vision.py_transforms` for MindSpore 1.x code),
 `transforms` (TypeCast, Compose, OneHot), `text` (CharTokenizer, ByteLevelTokenizer,
 SequenceWindows).
 
@@ -40,6 +43,7 @@ Iterators, prefetch and resuming (the checkpoint interface)
 from . import config, sampler, text, transforms, vision
 from .engine import Dataset
 from .iterator import DictIterator, TupleIterator
+from .builtin import CSVDataset, Cifar10Dataset, ImageFolderDataset, MnistDataset
 from .mind import MindDataset
 from .ops import (BatchDataset, ConcatDataset, FilterDataset, MapDataset, ProjectDataset,
                   RenameDataset, RepeatDataset, ShuffleDataset, SkipDataset, TakeDataset, ZipDataset)
@@ -59,7 +63,7 @@ def zip(datasets):  # noqa: A001  (MindSpore's name: mindspore.dataset.zip)
 
 __all__ = [
     "zip", "Dataset", "SourceDataset", "NumpySlicesDataset", "GeneratorDataset", "TextFileDataset",
-    "MindDataset",
+    "MindDataset", "MnistDataset", "Cifar10Dataset", "ImageFolderDataset", "CSVDataset",
     "TupleIterator", "DictIterator", "register_source", "create_source", "registered_sources",
     "config", "sampler", "MapDataset", "BatchDataset", "ShuffleDataset", "RepeatDataset",
     "TakeDataset", "SkipDataset", "ProjectDataset", "RenameDataset", "ZipDataset",

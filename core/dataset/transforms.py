@@ -1,4 +1,6 @@
 """Generic per-sample transforms for `Dataset.map` (after `mindspore.dataset.transforms`)."""
+import sys
+
 import numpy as np
 
 from ..dtype import as_dtype
@@ -48,3 +50,8 @@ class OneHot:
         if label.size and (label.min() < 0 or label.max() >= self.num_classes):
             raise ValueError(f"OneHot: labels must lie in [0, {self.num_classes}), got {label.min()}..{label.max()}")
         return np.eye(self.num_classes, dtype=np.float32)[label]
+
+
+# MindSpore 1.x: `dataset.transforms.c_transforms` / `py_transforms` lead here too.
+c_transforms = py_transforms = sys.modules[__name__]
+sys.modules[__name__ + ".c_transforms"] = sys.modules[__name__ + ".py_transforms"] = c_transforms

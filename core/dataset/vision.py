@@ -3,12 +3,30 @@
 Random transforms draw from the pipeline's per-row generator (see `_rng`), so a seeded pipeline
 gives the same crops and flips whatever the number of workers, and after a resume.
 """
+import sys
+
 import numpy as np
 
 from ._rng import current_rng
 from .transforms import TypeCast  # noqa: F401  (MindSpore users find it here too)
 
-__all__ = ["Rescale", "Normalize", "HWC2CHW", "RandomCrop", "RandomHorizontalFlip", "Resize", "TypeCast"]
+__all__ = ["Rescale", "Normalize", "HWC2CHW", "RandomCrop", "RandomHorizontalFlip", "Resize", "TypeCast",
+           "Decode", "CenterCrop", "RandomResizedCrop", "RandomRotation", "RandomColorAdjust", "Pad",
+           "ToTensor", "Border", "Inter"]
+
+
+class Inter:
+    """Interpolation modes (MindSpore's `vision.Inter`)."""
+    NEAREST = "nearest"
+    BILINEAR = LINEAR = "bilinear"
+
+
+class Border:
+    """Padding modes (MindSpore's `vision.Border`)."""
+    CONSTANT = "constant"
+    EDGE = "edge"
+    REFLECT = "reflect"
+    SYMMETRIC = "symmetric"
 
 
 def _pair(size, what):
@@ -123,7 +141,7 @@ class Resize:
     """
 
     def __init__(self, size, interpolation="bilinear"):
-        if interpolation not in ("bilinear", "nearest"):
+        if interpolation not in (Inter.BILINEAR, Inter.NEAREST):
             raise ValueError(f"Resize: interpolation must be 'bilinear' or 'nearest', got {interpolation!r}")
         self.size = size if isinstance(size, int) else _pair(size, "Resize size")
         self.interpolation = interpolation
@@ -137,18 +155,26 @@ class Resize:
 
     def __call__(self, image):
         image = _hw_axes(image)
-        out_h, out_w = self._target(*image.shape[:2])
-        ys = (np.arange(out_h) + 0.5) * image.shape[0] / out_h - 0.5
-        xs = (np.arange(out_w) + 0.5) * image.shape[1] / out_w - 0.5
-        if self.interpolation == "nearest":
-            rows = np.clip(np.floor(ys + 0.5).astype(int), 0, image.shape[0] - 1)
-            cols = np.clip(np.floor(xs + 0.5).astype(int), 0, image.shape[1] - 1)
-            return image[rows][:, cols]
-        resized = _bilinear(image, ys, xs)
-        if image.dtype.kind == "f":
-            return resized.astype(image.dtype)
-        limits = np.iinfo(image.dtype)
-        return np.clip(np.rint(resized), limits.min, limits.max).astype(image.dtype)
+        return _resize(image, *self._target(*image.shape[:2]), self.interpolation)
+
+
+def _resize(image, out_h, out_w, interpolation):
+    """`image` (HW or HWC) resized to (out_h, out_w), pixel centres aligned; dtype kept."""
+    ys = (np.arange(out_h) + 0.5) * image.shape[0] / out_h - 0.5
+    xs = (np.arange(out_w) + 0.5) * image.shape[1] / out_w - 0.5
+    if interpolation == Inter.NEAREST:
+        rows = np.clip(np.floor(ys + 0.5).astype(int), 0, image.shape[0] - 1)
+        cols = np.clip(np.floor(xs + 0.5).astype(int), 0, image.shape[1] - 1)
+        return image[rows][:, cols]
+    return _restore_dtype(_bilinear(image, ys, xs), image.dtype)
+
+
+def _restore_dtype(values, dtype):
+    """Float results back to the input's dtype: rounded and clipped for integer images."""
+    if dtype.kind == "f":
+        return values.astype(dtype)
+    limits = np.iinfo(dtype)
+    return np.clip(np.rint(values), limits.min, limits.max).astype(dtype)
 
 
 def _bilinear(image, ys, xs):
@@ -163,3 +189,12 @@ def _bilinear(image, ys, xs):
     top = data[y0][:, x0] * (1 - wx) + data[y0][:, x1] * wx
     bottom = data[y1][:, x0] * (1 - wx) + data[y1][:, x1] * wx
     return top * (1 - wy) + bottom * wy
+
+
+from .vision_extra import (CenterCrop, Decode, Pad, RandomColorAdjust, RandomResizedCrop,  # noqa: E402
+                           RandomRotation, ToTensor)
+
+# MindSpore 1.x spelt these `dataset.vision.c_transforms` and `dataset.vision.py_transforms`; both
+# names lead here (as attributes and as importable module names).
+c_transforms = py_transforms = sys.modules[__name__]
+sys.modules[__name__ + ".c_transforms"] = sys.modules[__name__ + ".py_transforms"] = c_transforms
