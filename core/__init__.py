@@ -27,7 +27,7 @@ from . import nn
 from . import dataset
 from . import mindrecord
 from . import train
-from .train import Model, load_checkpoint, load_param_into_net, save_checkpoint
+from .train import Model, export, load_checkpoint, load_param_into_net, save_checkpoint
 from .train.loss_scale import DynamicLossScaleManager, FixedLossScaleManager, LossScaleManager
 from . import amp
 from .amp import auto_mixed_precision, build_train_network
@@ -46,7 +46,7 @@ __all__ = [
     "GRAPH_MODE", "PYNATIVE_MODE", "set_context", "get_context", "jit", "mutable", "jit_compile_count",
     # networks, data, training
     "nn", "common", "ParameterTuple", "dataset", "mindrecord",
-    "train", "Model", "save_checkpoint", "load_checkpoint", "load_param_into_net", "amp",
+    "train", "Model", "save_checkpoint", "load_checkpoint", "load_param_into_net", "export", "amp",
     "auto_mixed_precision", "build_train_network", "LossScaleManager", "FixedLossScaleManager",
     "DynamicLossScaleManager",
     # parallelism

@@ -15,6 +15,7 @@ from .metrics import (AUC, F1, MAE, MSE, Accuracy, ConfusionMatrix, Loss, Metric
 from .model import Model
 from .runner import EagerRunner, StepRunner
 from .serialization import load_checkpoint, load_param_into_net, save_checkpoint
+from .export import export
 
 __all__ = [
     "Model", "callback", "metrics",
@@ -26,6 +27,6 @@ __all__ = [
     "get_metric", "get_metrics",
     "LossScaleManager", "FixedLossScaleManager", "DynamicLossScaleManager",
     "FixedLossScaleUpdateCell", "DynamicLossScaleUpdateCell",
-    "save_checkpoint", "load_checkpoint", "load_param_into_net",
+    "save_checkpoint", "load_checkpoint", "load_param_into_net", "export",
     "StepRunner", "EagerRunner",
 ]
