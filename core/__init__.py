@@ -17,8 +17,11 @@ from .random import get_seed, set_seed
 from . import fileio  # atomic writes, shared by every room that writes files
 
 # ---- graph mode (mstrain.graph) --------------------------------------------------------------------
-from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context
+from . import context
+from .context import GRAPH_MODE, PYNATIVE_MODE, ParallelMode, get_context, set_context
 from .jit import jit, jit_compile_count, mutable
+
+ms_function = jit  # MindSpore 1.x's name for jit
 
 # ---- networks, data, training ---------------------------------------------------------------------
 from . import common
@@ -29,6 +32,10 @@ from . import mindrecord
 from . import train
 from .train import Model, export, load_checkpoint, load_param_into_net, save_checkpoint
 from .train.loss_scale import DynamicLossScaleManager, FixedLossScaleManager, LossScaleManager
+from .train.callback import (Callback, CheckpointConfig, EarlyStopping, History, LambdaCallback,  # 2.x top level
+                             LearningRateScheduler, LossMonitor, ModelCheckpoint, ReduceLROnPlateau,
+                             RunContext, TimeMonitor)
+from .train.metrics import Accuracy, Loss, Metric
 from . import amp
 from .amp import auto_mixed_precision, build_train_network
 
@@ -44,11 +51,14 @@ __all__ = [
     "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool_",
     # graph mode
     "GRAPH_MODE", "PYNATIVE_MODE", "set_context", "get_context", "jit", "mutable", "jit_compile_count",
+    "context", "ParallelMode", "ms_function",
     # networks, data, training
     "nn", "common", "ParameterTuple", "dataset", "mindrecord",
     "train", "Model", "save_checkpoint", "load_checkpoint", "load_param_into_net", "export", "amp",
     "auto_mixed_precision", "build_train_network", "LossScaleManager", "FixedLossScaleManager",
-    "DynamicLossScaleManager",
+    "DynamicLossScaleManager", "Callback", "RunContext", "CheckpointConfig", "EarlyStopping", "History",
+    "LambdaCallback", "LearningRateScheduler", "LossMonitor", "ModelCheckpoint", "ReduceLROnPlateau",
+    "TimeMonitor", "Accuracy", "Loss", "Metric",
     # parallelism
     "communication", "parallel", "set_auto_parallel_context", "get_auto_parallel_context",
     "reset_auto_parallel_context",

@@ -52,9 +52,17 @@ def _output_to_float32(cell):
     return cell
 
 
-def _check_level(amp_level):
+def resolve_level(amp_level):
+    """The amp level to run: 'auto' is the device's recommended level (MindSpore: O2 on GPU, O3
+    on Ascend); on the CPU, where float16 arithmetic is emulated and slower, it is O0."""
+    if amp_level == "auto":
+        return "O0"
     if amp_level not in AMP_LEVELS:
-        raise ValueError(f"amp_level must be one of {AMP_LEVELS}, got {amp_level!r}")
+        raise ValueError(f"amp_level must be one of {AMP_LEVELS} or 'auto', got {amp_level!r}")
+    return amp_level
+
+
+_check_level = resolve_level
 
 
 def auto_mixed_precision(network, amp_level="O0", dtype=_dtype.float16, keep_batchnorm_fp32=None):
@@ -64,7 +72,7 @@ def auto_mixed_precision(network, amp_level="O0", dtype=_dtype.float16, keep_bat
     normalisation layers in float32 (default: O2 yes, O3 no). The network's output is float32
     at O1/O2/O3.
     """
-    _check_level(amp_level)
+    amp_level = resolve_level(amp_level)
     if amp_level == "O0":
         return network
     if amp_level == "O1":
@@ -106,14 +114,15 @@ def build_train_network(network, optimizer, loss_fn=None, level="O0", boost_leve
     and a loss-scaled step when a loss scale manager is given (O2 defaults to dynamic scaling).
 
     kwargs: `loss_scale_manager` (a LossScaleManager; None = the level's default),
-    `keep_batchnorm_fp32` (see auto_mixed_precision).
+    `keep_batchnorm_fp32` (see auto_mixed_precision), `cast_model_type` (the low precision of
+    O2/O3, float16 by default).
     Without `loss_fn` the network must already return the loss.
     """
     from . import nn
-    _check_level(level)
+    level = resolve_level(level)
     if boost_level != "O0":
         raise ValueError(f"boost_level {boost_level!r} is not supported (only 'O0')")
-    unknown = set(kwargs) - {"loss_scale_manager", "keep_batchnorm_fp32"}
+    unknown = set(kwargs) - {"loss_scale_manager", "keep_batchnorm_fp32", "cast_model_type"}
     if unknown:
         raise TypeError(f"build_train_network: unknown argument(s) {sorted(unknown)}")
     manager = kwargs.get("loss_scale_manager")
@@ -124,7 +133,8 @@ def build_train_network(network, optimizer, loss_fn=None, level="O0", boost_leve
     pipeline = _pipeline_train_network(network, optimizer, loss_fn, level, manager)
     if pipeline is not None:
         return pipeline
-    network = auto_mixed_precision(network, level, keep_batchnorm_fp32=kwargs.get("keep_batchnorm_fp32"))
+    network = auto_mixed_precision(network, level, dtype=kwargs.get("cast_model_type") or _dtype.float16,
+                                   keep_batchnorm_fp32=kwargs.get("keep_batchnorm_fp32"))
     loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
     if manager is None:
         return nn.TrainOneStepCell(loss_network, optimizer)

@@ -283,7 +283,8 @@ def _loss_and_sens(out, has_aux):
 def value_and_grad(fn, grad_position=0, weights=None, has_aux=False):
     """Return `f(*args) -> (value, grads)`.
 
-    grads is the gradient for `grad_position` (an int gives one tensor, a tuple gives a tuple),
+    grads is the gradient for `grad_position` (an int gives one tensor, a tuple gives a tuple; an
+    argument that is a tuple or list of tensors, e.g. `mutable((x, y))`, gets a tuple of gradients),
     for `weights` (a tuple, one per Parameter), or `(position_grads, weight_grads)` when both are
     asked. With `has_aux=True` fn returns `(loss, *aux)` and only loss is differentiated.
     """
@@ -295,12 +296,20 @@ def value_and_grad(fn, grad_position=0, weights=None, has_aux=False):
     def wrapped(*args):
         with _open_level():
             args = list(args)
-            tracked = []
+            tracked, spans = [], []  # spans: per position, the slice of `tracked` it owns
             for p in positions or ():
                 if p >= len(args):
                     raise IndexError(f"grad_position {p} but the function got {len(args)} arguments")
-                args[p] = _track(_as_input(args[p]))
-                tracked.append(args[p])
+                start = len(tracked)
+                if isinstance(args[p], (tuple, list)):  # a tuple argument (e.g. mutable((x, y)))
+                    leaves = [_track(_as_input(a)) for a in args[p]]
+                    args[p] = type(args[p])(leaves)
+                    tracked.extend(leaves)
+                    spans.append(slice(start, len(tracked)))
+                else:
+                    args[p] = _track(_as_input(args[p]))
+                    tracked.append(args[p])
+                    spans.append(start)
             targets = tracked + (weight_list or [])
             out = fn(*args)
             loss, value = _loss_and_sens(out, has_aux)
@@ -308,7 +317,7 @@ def value_and_grad(fn, grad_position=0, weights=None, has_aux=False):
                 raise TypeError(f"the differentiated function must return a Tensor, got {type(loss).__name__}")
             sens = Tensor._wrap(np.ones_like(loss._data))
             grads = backward(loss, sens, targets)
-        pos_grads = grads[:len(tracked)]
+        pos_grads = [tuple(grads[span]) if isinstance(span, slice) else grads[span] for span in spans]
         weight_grads = tuple(grads[len(tracked):])
         if positions is not None:
             pos_part = pos_grads[0] if isinstance(grad_position, int) else tuple(pos_grads)

@@ -17,6 +17,33 @@ from .errors import ConfigError
 GRAPH_MODE = 0
 PYNATIVE_MODE = 1
 
+
+class ParallelMode:
+    """The values of `set_auto_parallel_context(parallel_mode=...)` (MindSpore's `context.ParallelMode`)."""
+    STAND_ALONE = "stand_alone"
+    DATA_PARALLEL = "data_parallel"
+    SEMI_AUTO_PARALLEL = "semi_auto_parallel"
+    AUTO_PARALLEL = "auto_parallel"
+    HYBRID_PARALLEL = "hybrid_parallel"
+    MODE_LIST = [STAND_ALONE, DATA_PARALLEL, SEMI_AUTO_PARALLEL, AUTO_PARALLEL, HYBRID_PARALLEL]
+
+
+# MindSpore code calls the parallel context through `context` too (`from mindspore import context`).
+def set_auto_parallel_context(**kwargs):
+    """`mstrain.parallel.set_auto_parallel_context`, reachable as `context.set_auto_parallel_context`."""
+    from .parallel import set_auto_parallel_context as set_parallel
+    return set_parallel(**kwargs)
+
+
+def get_auto_parallel_context(key):
+    from .parallel import get_auto_parallel_context as get_parallel
+    return get_parallel(key)
+
+
+def reset_auto_parallel_context():
+    from .parallel import reset_auto_parallel_context as reset_parallel
+    return reset_parallel()
+
 _DEFAULTS = {
     "mode": PYNATIVE_MODE,
     "enable_graph_kernel": True,

@@ -37,7 +37,13 @@ class Tensor:
         if input_data is None:
             if shape is None:
                 raise ValueError("Tensor needs input_data or shape")
-            input_data = np.zeros(shape, dtype=_dtype.as_dtype(dtype) or np.float32)
+            if init is not None:  # MindSpore fills on first use; filling now gives the same values
+                from .common.initializer import initializer
+                input_data = initializer(init, shape, _dtype.as_dtype(dtype) or np.float32)._data
+            else:
+                input_data = np.zeros(shape, dtype=_dtype.as_dtype(dtype) or np.float32)
+        elif init is not None:
+            raise ValueError("Tensor: give either input_data or (shape, dtype, init), not both")
         self._data = _to_array(input_data, dtype)
         self._node = None
         self._index = 0
@@ -51,6 +57,10 @@ class Tensor:
         t._node = None
         t._index = 0
         return t
+
+    def init_data(self):
+        """MindSpore's lazy-initialisation hook; values are filled at construction here."""
+        return self
 
     # -- numpy interop ------------------------------------------------------------------------
     def asnumpy(self):

@@ -25,3 +25,12 @@ __all__ = [
     "WithLossCell", "WithEvalCell", "TrainOneStepCell", "TrainOneStepWithLossScaleCell",
     "ClipByGlobalNorm", "clip_by_global_norm", "optim",
 ] + list(_optim_all)
+
+
+# MindSpore 1.x kept the metrics under `nn` (nn.Accuracy, nn.Loss, ...). They live in
+# mstrain.train.metrics (train imports nn, so they are looked up on first use, not imported here).
+def __getattr__(name):
+    from ..train import metrics
+    if name in metrics.__all__:
+        return getattr(metrics, name)
+    raise AttributeError(f"module 'mstrain.nn' has no attribute '{name}'")

@@ -3,6 +3,7 @@
 All wrappers use `auto_prefix=False`, so wrapping a network never renames its Parameters.
 """
 import importlib.util
+import sys
 
 import numpy as np
 
@@ -224,3 +225,8 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
         if not (overflow and drop):
             self.optimizer(grads)
         return loss, Tensor(np.array(overflow)), Tensor(np.array(scale, np.float32))
+
+
+# MindSpore's module paths for these cells: `nn.wrap.cell_wrapper` and `nn.wrap.loss_scale`.
+cell_wrapper = loss_scale = sys.modules[__name__]
+sys.modules[__name__ + ".cell_wrapper"] = sys.modules[__name__ + ".loss_scale"] = cell_wrapper

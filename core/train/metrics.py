@@ -417,8 +417,11 @@ class ConfusionMatrix(Metric):
 
 # ---- registry -------------------------------------------------------------------------------
 
-_REGISTRY = {
+_REGISTRY = {  # with MindSpore's short and long aliases
     "accuracy": Accuracy,
+    "acc": Accuracy,
+    "top_1_categorical_accuracy": Top1CategoricalAccuracy,
+    "top_5_categorical_accuracy": Top5CategoricalAccuracy,
     "loss": Loss,
     "auc": AUC,
     "top_1_accuracy": Top1CategoricalAccuracy,

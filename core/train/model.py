@@ -42,11 +42,18 @@ class Model:
     metrics: `{'name': Metric}` or a set of names (`{'accuracy', 'loss'}`), used by eval/fit.
     eval_network, eval_indexes: a custom evaluation cell and the positions of (loss, prediction,
         label) among its outputs.
-    amp_level, loss_scale_manager, boost_level: mixed precision (see mstrain.amp).
+    amp_level, loss_scale_manager, boost_level: mixed precision (see mstrain.amp); amp_level
+        'auto' is the device's recommended level (O0 on the CPU).
+    kwargs: MindSpore's other amp arguments, `keep_batchnorm_fp32` and `cast_model_type`
+        (passed to `build_train_network`).
     """
 
     def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None,
-                 eval_indexes=None, amp_level="O0", loss_scale_manager=None, boost_level="O0"):
+                 eval_indexes=None, amp_level="O0", loss_scale_manager=None, boost_level="O0", **kwargs):
+        unknown = set(kwargs) - {"keep_batchnorm_fp32", "cast_model_type"}
+        if unknown:
+            raise TypeError(f"Model: unknown argument(s) {sorted(unknown)}")
+        self._amp_kwargs = kwargs
         self._network = network
         self._loss_fn = loss_fn
         self._optimizer = optimizer
@@ -62,10 +69,17 @@ class Model:
         if self._optimizer is None:
             if loss_scale_manager is not None:
                 raise ValueError("Model: loss_scale_manager needs an optimizer")
-            auto_mixed_precision(self._network, self._amp_level)
+            auto_mixed_precision(self._network, self._amp_level, **self._amp_kwargs_for_cast())
             return self._network if self._loss_fn is None else None  # with loss_fn only: eval-only
         return build_train_network(self._network, self._optimizer, self._loss_fn, level=self._amp_level,
-                                   boost_level=boost_level, loss_scale_manager=loss_scale_manager)
+                                   boost_level=boost_level, loss_scale_manager=loss_scale_manager,
+                                   **self._amp_kwargs)
+
+    def _amp_kwargs_for_cast(self):
+        cast = {"keep_batchnorm_fp32": self._amp_kwargs.get("keep_batchnorm_fp32")}
+        if self._amp_kwargs.get("cast_model_type") is not None:
+            cast["dtype"] = self._amp_kwargs["cast_model_type"]
+        return cast
 
     def _build_eval_network(self, eval_network, eval_indexes):
         if eval_indexes is not None and (len(eval_indexes) != 3 or eval_network is None):
@@ -119,7 +133,8 @@ class Model:
         `on_train_epoch_end` (monitors see them as 'eval_<metric>') and in the History."""
         validation = None
         if valid_dataset is not None:
-            self._check_metrics()
+            if self._metrics or self._loss_fn is None:  # with a loss_fn alone, fit reports eval_loss
+                self._check_metrics()
             validation = Validation(valid_dataset, valid_frequency, valid_dataset_sink_mode)
         return self._train(epoch, train_dataset, callbacks, dataset_sink_mode, sink_size,
                            initial_epoch, resume_from, validation)
@@ -201,7 +216,15 @@ class Model:
             raise ValueError("the 'loss' metric needs a loss_fn or an eval_network that returns the loss")
 
     def _validate(self, validation, callbacks):
-        results = self.eval(validation.dataset, callbacks, validation.sink_mode)
+        """The eval results of one validation; with a loss_fn they always hold 'loss' (seen by
+        monitors as 'eval_loss', the default of EarlyStopping and ReduceLROnPlateau)."""
+        metrics = self._metrics
+        if self._loss_fn is not None and not any(isinstance(m, Loss) for m in metrics.values()):
+            self._metrics = {**metrics, "loss": Loss()}
+        try:
+            results = self.eval(validation.dataset, callbacks, validation.sink_mode)
+        finally:
+            self._metrics = metrics
         self._train_network.set_train(True)
         return results
 
