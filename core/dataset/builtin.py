@@ -181,6 +181,10 @@ class ImageFolderDataset(SourceDataset):
         self._class_indexing = dict(class_indexing)
         self._decode = decode
 
+    def samples(self):
+        """[(file path, label)] in file order (all shards)."""
+        return list(self._samples)
+
     def get_class_indexing(self):
         """{folder name: label} as MindSpore's `get_class_indexing()`."""
         return dict(self._class_indexing)

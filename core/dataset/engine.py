@@ -122,6 +122,13 @@ class Dataset(abc.ABC):
         """Keep the rows for which `predicate(*input_columns)` is true (default: all columns)."""
         return _ops.FilterDataset(self, predicate, input_columns, num_parallel_workers)
 
+    def save(self, file_name, num_files=1, file_type="mindrecord"):
+        """Write one pass of this pipeline's rows to record files (`mstrain.dataset.save`)."""
+        if file_type != "mindrecord":
+            raise ValueError(f"Dataset.save: file_type must be 'mindrecord', got {file_type!r}")
+        from .save import save_dataset
+        return save_dataset(self, file_name, num_files)
+
     # -- inspection ----------------------------------------------------------------------------
     def get_dataset_size(self):
         """Rows (batches after `batch`) per epoch; counted once by iterating when not known."""

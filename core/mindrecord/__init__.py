@@ -12,7 +12,9 @@ pages, spread over shard files, with an index for lookup by field value.
 `mstrain.dataset.MindDataset` reads them into a pipeline. The layout is in `mstrain.mindrecord.format`;
 `mstrain data convert|info` is `mstrain.mindrecord.cli`.
 """
+from .converters import Cifar10ToMR, CsvToMR, ImageFolderToMR
 from .reader import FileReader, RecordSet
 from .writer import FileWriter, shard_file_names
 
-__all__ = ["FileWriter", "FileReader", "RecordSet", "shard_file_names"]
+__all__ = ["FileWriter", "FileReader", "RecordSet", "shard_file_names", "Cifar10ToMR", "CsvToMR",
+           "ImageFolderToMR"]

@@ -367,6 +367,10 @@ class FileReader:
         """{field: {'type': ..., 'shape': [...]}} as written."""
         return dict(self._set.schema)
 
+    def footer(self):
+        """The metadata the writer stored (shard_files, page_size, desc, num_rows, ...)."""
+        return dict(self._set.shards[0].meta)
+
     @property
     def index_fields(self):
         return list(self._set.index_fields)

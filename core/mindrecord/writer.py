@@ -102,6 +102,34 @@ class FileWriter:
         self._committed = False
         self.set_page_size(page_size)
 
+    @classmethod
+    def open_for_append(cls, file_name):
+        """A writer that adds rows to the committed record set `file_name` (any of its shards),
+        with its schema, index fields, shard count and page size. Its rows come first, in order,
+        then the new ones; `commit()` replaces the whole set atomically (the old files stay
+        intact until then), so an append rewrites the set: its cost grows with the set's size."""
+        from .reader import FileReader
+        reader = FileReader(file_name)
+        shards = reader.shard_files
+        meta = reader.footer()
+        folder = os.path.dirname(os.path.abspath(os.fspath(file_name)))
+        base = os.path.join(folder, meta["shard_files"][0])
+        if len(shards) > 1:
+            base = base[:-1]  # shard files are <name>0 .. <name>N-1
+        writer = cls(base, shard_num=len(shards), overwrite=True, page_size=meta["page_size"])
+        writer.add_schema(reader.schema(), meta.get("desc"))
+        if reader.index_fields:
+            writer.add_index(reader.index_fields)
+        batch = []
+        for row in reader:
+            batch.append(row)
+            if len(batch) == 1024:
+                writer.write_raw_data(batch)
+                batch = []
+        if batch:
+            writer.write_raw_data(batch)
+        return writer
+
     def _refuse_existing(self):
         if self.overwrite:
             return
