@@ -5,6 +5,8 @@ from .activation import (
     get_activation,
 )
 from .layers import Dense, Dropout, Embedding, LayerNorm
+from .conv import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Conv2dTranspose,
+                   GroupNorm, MaxPool2d)
 from .container import CellDict, CellList, SequentialCell
 from .loss import (
     BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, LossBase, MSELoss, NLLLoss, SmoothL1Loss,
@@ -20,6 +22,8 @@ from .optim import learning_rate_schedule, dynamic_lr  # noqa: F401
 __all__ = [
     "Cell", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "ELU", "LeakyReLU", "SiLU",
     "Softplus", "Flatten", "Identity", "get_activation", "Dense", "Dropout", "Embedding", "LayerNorm",
+    "Conv1d", "Conv2d", "Conv2dTranspose", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d",
+    "BatchNorm2d", "GroupNorm",
     "SequentialCell", "CellList", "CellDict", "LossBase", "SoftmaxCrossEntropyWithLogits",
     "BCEWithLogitsLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "NLLLoss", "CrossEntropyLoss",
     "WithLossCell", "WithEvalCell", "TrainOneStepCell", "TrainOneStepWithLossScaleCell",

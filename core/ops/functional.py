@@ -24,6 +24,9 @@ from .creation import (  # noqa: F401
     arange, categorical, eye, full, full_like, linspace, multinomial, normal, ones, ones_like, rand,
     randint, randn, standard_normal, uniform, zeros, zeros_like,
 )
+from .conv_functional import (  # noqa: F401
+    adaptive_avg_pool2d, avg_pool2d, batch_norm, conv1d, conv2d, conv_transpose2d, group_norm, max_pool2d,
+)
 from .numeric import (  # noqa: F401
     clip_by_global_norm, einsum, expm1, global_norm, log1p, log_sigmoid, masked_fill, norm, outer,
     reciprocal, std, var,

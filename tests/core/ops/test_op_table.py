@@ -11,13 +11,13 @@ import mstrain.ops
 from mstrain.ops import primitive
 from mstrain.ops.primitive import REGISTRY, apply, dispatch
 
-from . import table_indexing, table_math, table_nn
+from . import table_conv, table_indexing, table_math, table_nn
 from .helpers import check_op, check_second_order
 
 for _module in pkgutil.iter_modules(mstrain.ops.__path__):  # every op module registers its primitives
     importlib.import_module(f"mstrain.ops.{_module.name}")
 
-CASES = table_math.CASES + table_nn.CASES + table_indexing.CASES
+CASES = table_math.CASES + table_nn.CASES + table_indexing.CASES + table_conv.CASES
 _IDS = [c.id for c in CASES]
 
 
@@ -86,12 +86,20 @@ def test_float32_stays_float32_forward_and_backward(row):
     assert not upcast, f"float32 inputs produced other float dtypes in {upcast}"
 
 
+_KITS = ("mstrain.gnn", "mstrain.transformer", "mstrain.recommender", "mstrain.reinforcement")
+
+
+def _in_core(module):
+    """A module of core (installed as `mstrain`), not of a kit (kits test their own primitives)."""
+    return module.startswith("mstrain.") and not module.startswith(_KITS)
+
+
 def test_every_differentiable_primitive_is_in_the_table():
     """Every differentiable, deterministic primitive of core needs a row. Stateful ones (collectives,
     recompute) are not functions of their inputs alone: their rooms test them (under mpiexec)."""
     covered = {name for c in CASES for name in c.prims}
     required = {name for name, p in REGISTRY.items()
-                if p.differentiable and not p.stateful and p.impl.__module__.startswith("core.")}
+                if p.differentiable and not p.stateful and _in_core(p.impl.__module__)}
     missing = sorted(required - covered)
     assert not missing, f"differentiable primitives without a row in tests/core/ops/table_*.py: {missing}"
 

@@ -1,0 +1,153 @@
+"""Convolution, pooling and normalisation layers: numpy references always, PyTorch's values when
+torch is installed, and a compiled (sink) training step equal to the eager one."""
+import numpy as np
+import pytest
+
+import mstrain as ms
+from mstrain import nn, ops
+from mstrain import dataset as ds
+
+RNG = np.random.default_rng(0)
+
+
+def _t(a):
+    return ms.Tensor(np.asarray(a, np.float32))
+
+
+# -- numpy references ------------------------------------------------------------------------------
+def test_same_padding_keeps_ceil_size_and_transpose_is_the_adjoint():
+    conv = nn.Conv2d(3, 4, 3, stride=2, pad_mode="same", has_bias=False)
+    x = RNG.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    y = conv(_t(x))
+    assert y.shape == (2, 4, 5, 4)
+    # <conv(x), v> == <x, conv_transpose(v)> with the same weight: the transpose is the adjoint
+    v = RNG.standard_normal(y.shape).astype(np.float32)
+    from mstrain.ops import conv as conv_ops
+    from mstrain.ops.conv_functional import conv_padding
+    pads = conv_padding("same", 0, (9, 8), (3, 3), (2, 2))
+    xt = conv_ops.conv2d_backprop_input(_t(v), conv.weight, (2, 3, 9, 8), (2, 2), pads, (1, 1), 1)
+    np.testing.assert_allclose(float((y.asnumpy() * v).sum()), float((x * xt.asnumpy()).sum()), rtol=1e-4)
+
+
+def test_conv2d_transpose_output_sizes_follow_pad_mode():
+    x = _t(RNG.standard_normal((1, 4, 5, 6)))
+    assert nn.Conv2dTranspose(4, 2, 3, stride=2, pad_mode="same")(x).shape == (1, 2, 10, 12)
+    assert nn.Conv2dTranspose(4, 2, 3, stride=2, pad_mode="valid")(x).shape == (1, 2, 11, 13)
+    padded = nn.Conv2dTranspose(4, 2, 3, stride=2, pad_mode="pad", padding=1, output_padding=1)
+    assert padded(x).shape == (1, 2, 10, 12)
+
+
+def test_batch_norm_train_and_eval_against_numpy():
+    bn = nn.BatchNorm2d(3, momentum=0.8)
+    bn.set_train(True)
+    x = RNG.standard_normal((4, 3, 5, 5)).astype(np.float32) * 2 + 1
+    y = bn(_t(x)).asnumpy()
+    mean, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+    np.testing.assert_allclose(y, (x - mean[None, :, None, None]) / np.sqrt(var[None, :, None, None] + 1e-5),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bn.moving_mean.asnumpy(), 0.2 * mean, rtol=1e-5)
+    unbiased = x.var(axis=(0, 2, 3), ddof=1)
+    np.testing.assert_allclose(bn.moving_variance.asnumpy(), 0.8 + 0.2 * unbiased, rtol=1e-5)
+    bn.set_train(False)
+    z = bn(_t(x)).asnumpy()
+    np.testing.assert_allclose(z, (x - 0.2 * mean[None, :, None, None])
+                               / np.sqrt(0.8 + 0.2 * unbiased[None, :, None, None] + 1e-5), rtol=1e-4, atol=1e-5)
+
+
+def test_group_norm_and_adaptive_pool_against_numpy():
+    x = RNG.standard_normal((2, 4, 5, 7)).astype(np.float32)
+    y = nn.GroupNorm(2, 4)(_t(x)).asnumpy()
+    grouped = x.reshape(2, 2, -1)
+    expected = (grouped - grouped.mean(-1, keepdims=True)) / np.sqrt(grouped.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(y, expected.reshape(x.shape), rtol=1e-4, atol=1e-5)
+    pooled = nn.AdaptiveAvgPool2d((2, 3))(_t(x)).asnumpy()
+    bins_h, bins_w = [(0, 3), (2, 5)], [(0, 3), (2, 5), (4, 7)]  # floor(i*n/out) .. ceil((i+1)*n/out)
+    for i, (h0, h1) in enumerate(bins_h):
+        for j, (w0, w1) in enumerate(bins_w):
+            np.testing.assert_allclose(pooled[:, :, i, j], x[:, :, h0:h1, w0:w1].mean(axis=(2, 3)), rtol=1e-5)
+
+
+def test_bad_shapes_and_arguments_name_the_layer():
+    with pytest.raises(ms.errors.ShapeError, match="Conv2d: expected a 4-D input with 3 channels"):
+        nn.Conv2d(3, 4, 3)(_t(np.zeros((1, 2, 5, 5))))
+    with pytest.raises(ValueError, match="divisible by group"):
+        nn.Conv2d(3, 4, 3, group=2)
+    with pytest.raises(ValueError, match="pad_mode"):
+        nn.MaxPool2d(2, pad_mode="full")
+    with pytest.raises(ValueError, match="needs pad_mode='pad'"):
+        ops.conv2d(_t(np.zeros((1, 1, 4, 4))), _t(np.zeros((1, 1, 3, 3))), pad_mode="same", padding=1)
+
+
+# -- PyTorch's values --------------------------------------------------------------------------------
+@pytest.mark.parametrize("stride,padding,dilation,groups", [(1, 0, 1, 1), (2, 1, 1, 2), (1, 2, 2, 4), (3, 1, 1, 1)])
+def test_conv2d_matches_torch(stride, padding, dilation, groups):
+    torch = pytest.importorskip("torch", reason="torch is optional (comparison tests)")
+    conv = nn.Conv2d(4, 8, 3, stride=stride, pad_mode="pad", padding=padding, dilation=dilation, group=groups,
+                     has_bias=True)
+    x = RNG.standard_normal((2, 4, 11, 9)).astype(np.float32)
+    expected = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(conv.weight.asnumpy()),
+                                          torch.tensor(conv.bias.asnumpy()), stride, padding, dilation, groups)
+    np.testing.assert_allclose(conv(_t(x)).asnumpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_transpose_pooling_and_norms_match_torch():
+    torch = pytest.importorskip("torch", reason="torch is optional (comparison tests)")
+    F = torch.nn.functional
+    x = RNG.standard_normal((2, 4, 9, 10)).astype(np.float32)
+    tx = torch.tensor(x)
+    deconv = nn.Conv2dTranspose(4, 6, 3, stride=2, pad_mode="pad", padding=1, output_padding=1, group=2,
+                                has_bias=True)
+    expected = F.conv_transpose2d(tx, torch.tensor(deconv.weight.asnumpy()), torch.tensor(deconv.bias.asnumpy()),
+                                  2, 1, 1, 2)
+    np.testing.assert_allclose(deconv(_t(x)).asnumpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(nn.MaxPool2d(3, 2, pad_mode="pad", padding=1)(_t(x)).asnumpy(),
+                               F.max_pool2d(tx, 3, 2, 1).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(nn.AvgPool2d(3, 2, pad_mode="pad", padding=1, count_include_pad=False)(_t(x)).asnumpy(),
+                               F.avg_pool2d(tx, 3, 2, 1, count_include_pad=False).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(nn.AdaptiveAvgPool2d((4, 3))(_t(x)).asnumpy(),
+                               F.adaptive_avg_pool2d(tx, (4, 3)).numpy(), rtol=1e-5, atol=1e-6)
+    bn, tbn = nn.BatchNorm2d(4, momentum=0.9), torch.nn.BatchNorm2d(4, momentum=0.1)
+    bn.set_train(True)
+    np.testing.assert_allclose(bn(_t(x)).asnumpy(), tbn(tx).detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bn.moving_variance.asnumpy(), tbn.running_var.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(nn.GroupNorm(2, 4)(_t(x)).asnumpy(), F.group_norm(tx, 2).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_conv_gradients_match_torch():
+    torch = pytest.importorskip("torch", reason="torch is optional (comparison tests)")
+    conv = nn.Conv2d(3, 5, 3, stride=2, pad_mode="pad", padding=1, has_bias=True)
+    x = RNG.standard_normal((2, 3, 8, 7)).astype(np.float32)
+    loss = lambda inp: (conv(inp) ** 2).sum()  # noqa: E731
+    gx = ms.grad(loss)(_t(x)).asnumpy()
+    tx = torch.tensor(x, requires_grad=True)
+    out = torch.nn.functional.conv2d(tx, torch.tensor(conv.weight.asnumpy()), torch.tensor(conv.bias.asnumpy()), 2, 1)
+    (out ** 2).sum().backward()
+    np.testing.assert_allclose(gx, tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+# -- compiled training step ---------------------------------------------------------------------------
+def _lenet_like():
+    return nn.SequentialCell([nn.Conv2d(1, 4, 3, pad_mode="valid", has_bias=True), nn.BatchNorm2d(4), nn.ReLU(),
+                              nn.MaxPool2d(2, 2), nn.Conv2d(4, 6, 3, pad_mode="same"), nn.ReLU(),
+                              nn.AvgPool2d(2, 2), nn.Flatten(), nn.Dense(6 * 3 * 3, 5)])
+
+
+def _train(sink):
+    ms.set_seed(0)
+    net = _lenet_like()
+    x = np.random.default_rng(1).standard_normal((48, 1, 14, 14)).astype(np.float32)
+    y = np.random.default_rng(2).integers(0, 5, 48).astype(np.int32)
+    data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(8)
+    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.Momentum(net.trainable_params(), 0.05, 0.9))
+    history = model.train(2, data, dataset_sink_mode=sink, sink_size=6 if sink else -1)
+    return history.step_loss, net[1].moving_mean.asnumpy().copy()
+
+
+def test_compiled_sink_step_equals_eager_for_a_conv_net():
+    eager_losses, eager_mean = _train(sink=False)
+    sink_losses, sink_mean = _train(sink=True)
+    assert len(eager_losses) == len(sink_losses) == 12
+    np.testing.assert_allclose(sink_losses, eager_losses, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sink_mean, eager_mean, rtol=1e-4, atol=1e-6)
+    assert eager_losses[-1] < eager_losses[0]
