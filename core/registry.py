@@ -36,7 +36,7 @@ from .errors import ConfigError
 __all__ = ["register_job", "get_job", "known_jobs", "Job", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "mstrain.jobs"
-_CORE_JOBS = {"mlp_mnist": "mstrain.jobs.mlp_mnist"}
+_CORE_JOBS = {"mlp_mnist": "mstrain.jobs.mlp_mnist", "lenet_mnist": "mstrain.jobs.lenet_mnist"}
 _jobs = {}
 
 

@@ -1,0 +1,99 @@
+"""Job `lenet_mnist`: LeNet-5 on the shipped MNIST images (MindSpore's first tutorial network).
+
+    mstrain --config configs/lenet_mnist.yaml [train.epochs=5 optimizer.lr=0.002 ...]
+
+Data and split as `mlp_mnist` (first `train_size` images train, last `test_size` test), kept as
+(N, 1, 28, 28). Network (MindSpore model zoo's LeNet5): Conv2d(1, 6, 5, valid) ReLU MaxPool(2)
+Conv2d(6, 16, 5, valid) ReLU MaxPool(2) Flatten Dense(400, 120) ReLU Dense(120, 84) ReLU
+Dense(84, 10). Result: {"test_acc", "train_loss", "epochs", "seconds"}.
+"""
+import time
+from dataclasses import dataclass
+
+from .. import dataset as ds
+from .. import nn
+from ..config import JobConfig, option, section
+from ..log import get_logger, is_main_process
+from ..registry import register_job
+from .common import build_callbacks, build_optimizer, prepare_run
+from .mlp_mnist import MnistData, load_mnist
+
+__all__ = ["LeNet5", "LeNetMnistConfig", "run"]
+
+
+class LeNet5(nn.Cell):
+    """LeNet-5 for 28x28 single-channel images (the model zoo's, with `channels` input planes)."""
+
+    def __init__(self, num_classes=10, channels=1, include_top=True):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, 6, 5, pad_mode="valid", has_bias=True)
+        self.conv2 = nn.Conv2d(6, 16, 5, pad_mode="valid", has_bias=True)
+        self.relu = nn.ReLU()
+        self.max_pool2d = nn.MaxPool2d(kernel_size=2, stride=2)
+        self.flatten = nn.Flatten()
+        self.include_top = include_top
+        if include_top:
+            self.fc1 = nn.Dense(16 * 4 * 4, 120)
+            self.fc2 = nn.Dense(120, 84)
+            self.fc3 = nn.Dense(84, num_classes)
+
+    def construct(self, x):
+        x = self.max_pool2d(self.relu(self.conv1(x)))          # (N, 6, 12, 12)
+        x = self.max_pool2d(self.relu(self.conv2(x)))          # (N, 16, 4, 4)
+        if not self.include_top:
+            return x
+        x = self.flatten(x)
+        x = self.relu(self.fc1(x))
+        x = self.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+@dataclass
+class LeNetModel:
+    """The network."""
+    num_classes: int = option(10, "output classes of the last Dense layer", low=2)
+
+
+@dataclass
+class LeNetMnistConfig(JobConfig):
+    """Config of the lenet_mnist job."""
+    data: MnistData = section(MnistData)
+    model: LeNetModel = section(LeNetModel)
+
+
+@register_job("lenet_mnist", schema=LeNetMnistConfig)
+def run(cfg):
+    """Train LeNet-5 on MNIST and report the test accuracy."""
+    (x_train, y_train), (x_test, y_test) = load_mnist(cfg.data.path, cfg.data.train_size, cfg.data.test_size)
+    from ..train import Model
+    from ..train.metrics import Accuracy
+
+    prepare_run(cfg)
+    images = lambda x: x.reshape(-1, 1, 28, 28)  # noqa: E731  (load_mnist flattens)
+    train_set = ds.NumpySlicesDataset({"image": images(x_train), "label": y_train}, shuffle=cfg.data.shuffle)
+    train_set = train_set.batch(cfg.train.batch_size, drop_remainder=cfg.data.drop_remainder)
+    test_set = ds.NumpySlicesDataset({"image": images(x_test), "label": y_test}, shuffle=False,
+                                     num_shards=1, shard_id=0).batch(500)
+
+    network = LeNet5(cfg.model.num_classes)
+    steps_per_epoch = cfg.train.sink_size if cfg.train.sink_size > 0 else train_set.get_dataset_size()
+    optimizer = build_optimizer(cfg.optimizer, network.trainable_params(), cfg.train.epochs * steps_per_epoch)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    model = Model(network, loss_fn, optimizer, metrics={"accuracy": Accuracy()}, amp_level=cfg.train.amp_level)
+
+    callbacks = build_callbacks(cfg.train, "lenet_mnist", steps_per_epoch)
+    options = dict(callbacks=callbacks, dataset_sink_mode=cfg.train.dataset_sink_mode,
+                   sink_size=cfg.train.sink_size, resume_from=cfg.train.resume)
+    start = time.perf_counter()
+    if cfg.train.eval_every:
+        model.fit(cfg.train.epochs, train_set, test_set, valid_frequency=cfg.train.eval_every, **options)
+    else:
+        model.train(cfg.train.epochs, train_set, **options)
+    seconds = time.perf_counter() - start
+    accuracy = float(model.eval(test_set)["accuracy"])
+    losses = callbacks[0].history.get("loss") or [None]
+    if is_main_process():
+        get_logger("lenet_mnist").info("test accuracy %.4f after %d epochs (%.1f s)",
+                                       accuracy, cfg.train.epochs, seconds)
+    return {"test_acc": accuracy, "epochs": cfg.train.epochs, "seconds": round(seconds, 3),
+            "train_loss": losses[-1]}
