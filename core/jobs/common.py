@@ -29,8 +29,11 @@ def prepare_run(cfg):
 
     set_seed(cfg.train.seed)
     set_context(mode=GRAPH_MODE if cfg.train.mode == "graph" else PYNATIVE_MODE)
-    if cfg.parallel.parallel_mode == "stand_alone":
-        set_auto_parallel_context(parallel_mode="stand_alone")
+    if cfg.parallel.parallel_mode == "stand_alone":  # one process: only the keys that act on it
+        p = cfg.parallel
+        set_auto_parallel_context(parallel_mode="stand_alone", recompute=p.recompute,
+                                  strategy_ckpt_save_file=p.strategy_ckpt_save_file,
+                                  strategy_ckpt_load_file=p.strategy_ckpt_load_file)
         return None
     from ..parallel.config import init_parallel
     full = dataclasses.asdict(cfg)

@@ -39,13 +39,17 @@ def manages_own_parallelism(network):
 
 
 def plan_train_network(network):
-    """`network` as one training step should run it under the parallel context: itself when
+    """`network` as one training step should run it under the parallel context (its layers
+    recomputed in backward when the context's `recompute` is on): itself when
     stand-alone, data parallel, hybrid, on one rank, or when it manages its own parallelism;
     else wrapped in a `SemiAutoParallelCell` over the world with batch-sharded inputs.
 
     On more than one rank it first checks that every rank was given the same parallel context
     (this is where training starts, so a mismatch is refused before the first step).
     """
+    if get_auto_parallel_context("recompute"):
+        from .recompute import recompute_layers
+        recompute_layers(network)
     mode = get_parallel_mode()
     from .. import communication as comm
     # stand-alone without init(): no communicator is open, so there are no ranks to compare with
