@@ -63,3 +63,41 @@ def test_recompute_layers_takes_the_outermost_cell_lists():
     assert marked == list(net.blocks) and not net.embed.is_recompute
     plain = nn.Dense(3, 3)
     assert recompute_module.recompute_layers(nn.WithLossCell(plain, nn.MSELoss())) == [plain]
+
+
+def test_parameter_broadcast_and_fp32_gradient_sync_on_two_ranks(tmp_path):
+    from ._mpi import load_ranks, run_mpi
+    run_mpi("context_keys.py", 2, tmp_path, "broadcast_fp32", timeout=120)
+    first, second = load_ranks(tmp_path, 2)
+    # ranks initialised differently stay different without parameter_broadcast ...
+    assert np.abs(first["init_False"] - second["init_False"]).max() > 0.1
+    assert np.abs(first["trained_False"] - second["trained_False"]).max() > 0.1
+    # ... and start (hence train) identically from rank 0's values with it
+    np.testing.assert_array_equal(first["init_True"], second["init_True"])
+    np.testing.assert_array_equal(first["trained_True"], second["trained_True"])
+    np.testing.assert_array_equal(first["init_True"], first["init_False"])  # rank 0's own initialisation
+    exact = first["sent"].astype(np.float64) + second["sent"]
+    for rank in (first, second):
+        np.testing.assert_allclose(rank["reduced_True"], exact, rtol=1e-6, atol=1e-12)  # fp32 all-reduce
+        # gradient_fp32_sync=False: sent as float16 (half the bytes), handed back as float32
+        assert str(rank["dtype_False"]) == "float32" and int(rank["bytes_False"]) * 2 == int(rank["bytes_True"])
+        err = np.abs(rank["reduced_False"] - exact)
+        # each addend and the sum rounded to float16 (relative 2^-11, subnormal spacing 2^-24)
+        bound = 2.0 ** -11 * (np.abs(first["sent"]) + np.abs(second["sent"]) + np.abs(exact)) + 3 * 2.0 ** -24
+        assert err.max() > 0 and np.all(err <= bound)
+
+
+def test_optimizer_weight_shard_size_limits_the_zero_group_on_four_ranks(tmp_path):
+    from ._mpi import load_ranks, run_mpi
+    run_mpi("context_keys.py", 4, tmp_path, "shard_size", timeout=150)
+    for rank in load_ranks(tmp_path, 4):
+        assert int(rank["group_-1"]) == 4 and float(rank["ratio_-1"]) == pytest.approx(0.25, abs=0.02)
+        assert int(rank["group_2"]) == 2 and float(rank["ratio_2"]) == pytest.approx(0.5, abs=0.02)
+        np.testing.assert_allclose(rank["weights_2"], rank["weights_-1"], rtol=0, atol=1e-6)
+
+
+def test_optimizer_weight_shard_size_is_checked():
+    from mstrain.errors import ParallelConfigError
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ParallelConfigError, match="optimizer_weight_shard_size"):
+            set_auto_parallel_context(optimizer_weight_shard_size=bad)
