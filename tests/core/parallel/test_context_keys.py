@@ -101,3 +101,47 @@ def test_optimizer_weight_shard_size_is_checked():
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ParallelConfigError, match="optimizer_weight_shard_size"):
             set_auto_parallel_context(optimizer_weight_shard_size=bad)
+
+
+def test_strategy_file_is_written_and_loaded_by_a_stand_alone_run(tmp_path):
+    import json
+    from mstrain.errors import ParallelConfigError
+    path = tmp_path / "strategy.json"
+    saved = _train(strategy_ckpt_save_file=str(path))
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "mstrain-strategy" and doc["world_size"] == 1
+    entries = doc["ranks"]["0"]
+    assert {p.name for p in saved.trainable_params()} | {"moment1.0.weight", "moment2.2.bias"} <= set(entries)
+    assert entries["0.weight"]["global_shape"] == [16, 6] and entries["0.weight"]["layout"] is None
+    reset_auto_parallel_context()
+    loaded = _train(strategy_ckpt_load_file=str(path))  # the same layouts: trains as before
+    for a, b in zip(saved.trainable_params(), loaded.trainable_params()):
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+    doc["world_size"] = 2
+    path.write_text(json.dumps(doc))
+    reset_auto_parallel_context()
+    with pytest.raises(ParallelConfigError, match="written by 2 ranks"):
+        _train(strategy_ckpt_load_file=str(path))
+    doc["world_size"] = 1
+    doc["ranks"]["0"]["9.weight"] = dict(entries["0.weight"], layout={
+        "dev_matrix": [1], "tensor_map": [0, -1], "global_shape": [16, 6], "ranks": [0]})
+    path.write_text(json.dumps(doc))
+    reset_auto_parallel_context()
+    with pytest.raises(ParallelConfigError, match="'9.weight'"):
+        _train(strategy_ckpt_load_file=str(path))
+
+
+def test_strategy_file_written_by_one_run_lays_out_the_next_on_two_ranks(tmp_path):
+    from ._mpi import load_ranks, run_mpi
+    strategy = tmp_path / "strategy.json"
+    run_mpi("strategy_file.py", 2, tmp_path / "save", "save", strategy, timeout=120)
+    assert strategy.exists()
+    run_mpi("strategy_file.py", 2, tmp_path / "load", "load", strategy, timeout=120)
+    for saved, loaded in zip(load_ranks(tmp_path / "save", 2), load_ranks(tmp_path / "load", 2)):
+        assert saved["w0"].shape == (16, 16)  # cut by columns over the two ranks
+        for key in saved:
+            if key.startswith("layout_"):
+                assert str(loaded[key]) == str(saved[key]) != "null", key
+            else:
+                np.testing.assert_array_equal(loaded[key], saved[key], err_msg=key)
