@@ -8,7 +8,7 @@
 
 Keys: `mode` (GRAPH_MODE=0 or PYNATIVE_MODE=1), `enable_graph_kernel` (fuse elementwise and
 reduction chains into generated C++ kernels; the environment variable MSTRAIN_DISABLE_FUSION=1
-turns fusion off whatever this says), `device_target` ('CPU'), `device_id`, `save_graphs`
+turns fusion off whatever this says), `device_target` ('CPU'), `device_id` (0), `save_graphs`
 (write each graph's IR before and after every pass, as MSTRAIN_DUMP_IR does) with
 `save_graphs_path`.
 """
@@ -52,7 +52,8 @@ _DEFAULTS = {
     "save_graphs": False,
     "save_graphs_path": ".",
 }
-_CHOICES = {"mode": (GRAPH_MODE, PYNATIVE_MODE), "device_target": ("CPU",)}
+# MindSpore scripts name the device; the CPU is the only one (device 0), so other values are refused
+_CHOICES = {"mode": (GRAPH_MODE, PYNATIVE_MODE), "device_target": ("CPU",), "device_id": (0,)}
 
 
 class _State:

@@ -107,11 +107,15 @@ class ParallelConfig:
     micro_batch_num: int = option(1, "micro-batches per step when pipeline_stages > 1", low=1)
     gradients_mean: bool = option(True, "average (not sum) gradients over data-parallel ranks")
     enable_parallel_optimizer: bool = option(False, "shard optimizer states over data-parallel ranks")
-    search_mode: str = option("sharding_propagation", "strategy search of auto_parallel",
+    search_mode: str = option("sharding_propagation", "strategy search of auto_parallel: sharding_propagation "
+                              "follows the ops' .shard() strategies; dynamic_programming searches the layout "
+                              "with the cost model; recursive_programming is an alias of dynamic_programming",
                               choices=("sharding_propagation", "dynamic_programming", "recursive_programming"))
     full_batch: bool = option(False, "every rank reads the whole batch (semi/auto parallel)")
     grad_bucket_size_mb: float = option(25.0, "gradient all-reduce bucket size in MiB", low=0.0)
-    recompute: bool = option(False, "recompute activations in the backward pass to save memory")
+    recompute: bool = option(False, "recompute activations in the backward pass to save memory: each layer of "
+                                    "the network (the cells of its outermost CellList/SequentialCell) is "
+                                    "run with Cell.recompute()")
     memory_limit_gb: Optional[float] = option(None, "per-rank memory limit of the auto_parallel search",
                                               low=0.0)
     strategy_ckpt_save_file: str = option("", "file to save the chosen sharding strategy to")

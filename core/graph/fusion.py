@@ -132,8 +132,29 @@ def _fits(group, node, kind):
     return True
 
 
-def _depends_on(start_nodes, member_ids, lowest, pos):
-    """True when any of `start_nodes` (reading back through inputs) reaches a member."""
+def _state_dependencies(graph):
+    """The orderings in-place writes impose beyond data edges, as two {id(node): [earlier nodes]}:
+    `raw`, the write of a resident a later reader must see (the reader takes the resident node,
+    not the write, as input), and `war`, the reads of the previous version a write must not
+    overtake. CSE keeps such reads apart (state versions); grouping and scheduling must too."""
+    last_write, readers, raw, war = {}, {}, {}, {}
+    for n in graph.nodes:
+        written = {id(t) for t in n.mutated()}
+        for i in n.inputs:
+            if i.op == "resident" and id(i) not in written:
+                if id(i) in last_write:
+                    raw.setdefault(id(n), []).append(last_write[id(i)])
+                readers.setdefault(id(i), []).append(n)
+        for target in n.mutated():
+            war.setdefault(id(n), []).extend(r for r in readers.pop(id(target), []) if r is not n)
+            if id(target) in last_write:  # a second write must follow the first, in another kernel
+                raw.setdefault(id(n), []).append(last_write[id(target)])
+            last_write[id(target)] = n
+    return raw, war
+
+
+def _depends_on(start_nodes, member_ids, lowest, pos, state_deps):
+    """True when any of `start_nodes` (reading back through inputs and state orderings) reaches a member."""
     stack, seen = list(start_nodes), set()
     while stack:
         n = stack.pop()
@@ -143,19 +164,24 @@ def _depends_on(start_nodes, member_ids, lowest, pos):
             continue
         seen.add(id(n))
         stack.extend(n.inputs)
+        stack.extend(state_deps(n))
     return False
 
 
-def _acyclic(groups, node, pos):
-    """Merging `groups` with `node` creates no path member -> outside node -> member."""
+def _acyclic(groups, node, pos, raw, war):
+    """Merging `groups` with `node` creates no path member -> outside node -> member, and puts no
+    read of a resident in the kernel that writes it before (the kernel reads its inputs first)."""
     ids = set().union(*[g.ids for g in groups])
-    lowest = min(pos[id(g.members[0])] for g in groups)
     members = [m for g in groups for m in g.members] + [node]
-    outside = [i for m in members for i in m.inputs if id(i) not in ids]
-    return not _depends_on(outside, ids, lowest, pos)
+    if any(id(w) in ids for m in members for w in raw.get(id(m), ())):
+        return False
+    lowest = min(pos[id(g.members[0])] for g in groups)
+    state_deps = lambda n: raw.get(id(n), []) + war.get(id(n), [])  # noqa: E731
+    outside = [i for m in members for i in list(m.inputs) + state_deps(m) if id(i) not in ids]
+    return not _depends_on(outside, ids, lowest, pos, state_deps)
 
 
-def _form_groups(graph, pos):
+def _form_groups(graph, pos, raw, war):
     group_of, groups, epoch = {}, [], 0
     for node in graph.nodes:
         kind = _kind(node)
@@ -173,7 +199,7 @@ def _form_groups(graph, pos):
             g = group_of.get(id(i))
             if g is not None and g.epoch == epoch and g.mode is None and g not in candidates and _fits(g, node, kind):
                 candidates.append(g)
-        if candidates and _acyclic(candidates, node, pos):
+        if candidates and _acyclic(candidates, node, pos, raw, war):
             group = candidates[0]
             for other in candidates[1:]:
                 for m in other.members:
@@ -245,6 +271,8 @@ def _ordered(entries, deps):
             pending[u] -= 1
             if pending[u] == 0:
                 heapq.heappush(heap, (by_id[u][0], u))
+    if len(order) != len(by_id):
+        raise RuntimeError(f"fusion: {len(by_id) - len(order)} nodes wait on each other (a cyclic schedule)")
     return order
 
 
@@ -262,21 +290,29 @@ def _order_edges(graph):
 def fuse_kernels(graph):
     """Replace each fusion group by one `fused` node (see the module docstring)."""
     pos = {id(n): k for k, n in enumerate(graph.nodes)}
-    groups = _form_groups(graph, pos)
+    raw, war = _state_dependencies(graph)
+    groups = _form_groups(graph, pos, raw, war)
     if not groups:
         return graph
     members = {id(m) for g in groups for m in g.members}
-    replace, entries, users = {}, [], graph.users()
+    replace, entries, users, kernel_of, members_of = {}, [], graph.users(), {}, {}
     for index, group in enumerate(groups):
         new_nodes, outputs = _fused_nodes(graph, group, index, users)
         replace.update(outputs)
+        kernel_of.update((id(m), new_nodes[0]) for m in group.members)
+        members_of[id(new_nodes[0])] = group.members
         last = max(pos[id(m)] for m in group.members)
         entries += [((last, k), n) for k, n in enumerate(new_nodes)]
     entries += [((pos[id(n)], 0), n) for n in graph.nodes if id(n) not in members]
     order_after = _order_edges(graph)
     data = lambda n: [replace.get(id(i), i) for i in n.inputs]  # noqa: E731
+
+    def after(n):  # a kernel follows the state orderings of its members
+        state = [kernel_of.get(id(e), e) for m in members_of.get(id(n), (n,))
+                 for e in raw.get(id(m), []) + war.get(id(m), [])]
+        return data(n) + order_after.get(id(n), []) + [e for e in state if e is not n]
     mapping, nodes = {}, []
-    for n in _ordered(entries, lambda n: data(n) + order_after.get(id(n), [])):
+    for n in _ordered(entries, after):
         inputs = [mapping.get(id(i), i) for i in data(n)]
         copy = n if all(a is b for a, b in zip(inputs, n.inputs)) else n.with_inputs(inputs)
         mapping[id(n)] = copy

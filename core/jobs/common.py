@@ -19,7 +19,7 @@ __all__ = ["prepare_run", "build_optimizer", "learning_rates", "build_callbacks"
 
 
 def prepare_run(cfg):
-    """Seed every generator, pick PyNative or graph mode, and set up the parallel context.
+    """Seed every generator, pick PyNative or graph mode, set the dataset workers and the parallel context.
 
     Returns the `ParallelGroups` of this rank when the job runs in parallel, else None.
     """
@@ -29,8 +29,13 @@ def prepare_run(cfg):
 
     set_seed(cfg.train.seed)
     set_context(mode=GRAPH_MODE if cfg.train.mode == "graph" else PYNATIVE_MODE)
-    if cfg.parallel.parallel_mode == "stand_alone":
-        set_auto_parallel_context(parallel_mode="stand_alone")
+    from ..dataset import config as dataset_config
+    dataset_config.set_num_parallel_workers(cfg.data.num_workers)  # the default of every map()
+    if cfg.parallel.parallel_mode == "stand_alone":  # one process: only the keys that act on it
+        p = cfg.parallel
+        set_auto_parallel_context(parallel_mode="stand_alone", recompute=p.recompute,
+                                  strategy_ckpt_save_file=p.strategy_ckpt_save_file,
+                                  strategy_ckpt_load_file=p.strategy_ckpt_load_file)
         return None
     from ..parallel.config import init_parallel
     full = dataclasses.asdict(cfg)

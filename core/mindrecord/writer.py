@@ -78,8 +78,8 @@ class FileWriter:
 
     Types: int32, int64, float32, float64 (and uint8, int8, int16, float16), string, bytes;
     numeric fields may have a shape, variable in its first dimension with -1. Rows are gathered
-    into pages of about `page_size` bytes, pages are spread over the shards round-robin and
-    carry crc32 checksums. Nothing appears under the final names before `commit()`, which
+    into pages of about `page_size` bytes, pages are spread over the shards round-robin (the last
+    rows, less than a page, are divided over all shards) and carry crc32 checksums. Nothing appears under the final names before `commit()`, which
     writes temporary files, fsyncs and renames them. An existing file is only replaced with
     overwrite=True.
     """
@@ -239,9 +239,13 @@ class FileWriter:
         return merged, np.concatenate([s for _, s in self._pending])
 
     def _flush_pages(self, final):
-        """Cut the pending rows into pages of ~page_size; keep a partial page unless final."""
+        """Cut the pending rows into pages of ~page_size; keep a partial page unless final. The
+        final rows (less than a page) become one page per shard, so every shard gets its share
+        of a small write, as MindSpore's writer divides each write over the shards."""
         merged, sizes = self._merged_pending()
         ends = np.cumsum(sizes)
+        if final and ends[-1] < self.page_size * len(self._shards):
+            return self._spread_last_pages(merged, ends)
         start = 0
         while start < len(sizes):
             budget = (ends[start - 1] if start else 0) + self.page_size
@@ -255,8 +259,21 @@ class FileWriter:
         self._pending_rows = len(sizes) - start
         self._pending_bytes = int(sizes[start:].sum())
 
-    def _write_page(self, columns, num_rows):
-        shard = self._shards[self._pages_written % len(self._shards)]
+    def _spread_last_pages(self, merged, ends):
+        """The last rows as one page per shard, cut at equal shares of their bytes (rows of one
+        size: shard k gets rows [n k / S, n (k + 1) / S), as MindSpore divides a write)."""
+        shards = len(self._shards)
+        stops = [int(np.searchsorted(ends, ends[-1] * k / shards, side="right")) for k in range(1, shards)]
+        start = 0
+        for shard, stop in zip(self._shards, stops + [len(ends)]):
+            if stop > start:
+                self._write_page({k: v[start:stop] for k, v in merged.items()}, stop - start, shard)
+                start = stop
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
+
+    def _write_page(self, columns, num_rows, shard=None):
+        if shard is None:
+            shard = self._shards[self._pages_written % len(self._shards)]
         parts = []
         for field in self._fields:
             segment = encode_segment(field, columns[field.name])

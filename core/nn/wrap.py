@@ -96,9 +96,12 @@ class TrainOneStepCell(Cell):
 
     def __init__(self, network, optimizer, sens=None, return_grad=False):
         super().__init__(auto_prefix=False)
-        if importlib.util.find_spec("mstrain.parallel") is not None:
+        parallel = importlib.util.find_spec("mstrain.parallel") is not None
+        if parallel:
             from ..parallel import plan_train_network, wrap_optimizer
+            from ..parallel.strategy_files import load_strategy_file
             network = plan_train_network(network)  # semi/auto parallel: run the ops' .shard() strategies
+            load_strategy_file(network, optimizer)  # strategy_ckpt_load_file: take its layouts
             optimizer = wrap_optimizer(optimizer)  # enable_parallel_optimizer: shard the optimizer state
         self.network = network
         self.network.set_grad()
@@ -108,6 +111,9 @@ class TrainOneStepCell(Cell):
         self.return_grad = return_grad
         self.grad_reducer = make_grad_reducer(self.weights)
         self._grad_fn = value_and_grad(self.network, None, self.weights)
+        if parallel:
+            from ..parallel.strategy_files import save_strategy_file
+            save_strategy_file(self)  # strategy_ckpt_save_file: write the built cell's layouts
 
     def construct(self, *inputs):
         loss, grads = self._grad_fn(*inputs)

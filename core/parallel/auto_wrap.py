@@ -38,20 +38,40 @@ def manages_own_parallelism(network):
     return False
 
 
+def broadcast_parameters(network):
+    """Every replica takes rank 0's parameter values (MindSpore's `parameter_broadcast`): ranks
+    that initialised differently, e.g. without a common seed, start training from the same model.
+    Collective over the data-parallel group."""
+    from ..communication import broadcast_array
+    from .context import data_parallel_group
+    group = data_parallel_group()
+    if group.size <= 1:
+        return
+    for param in network.get_parameters():
+        param.set_data(broadcast_array(param.asnumpy(), group, root=0))
+
+
 def plan_train_network(network):
-    """`network` as one training step should run it under the parallel context: itself when
+    """`network` as one training step should run it under the parallel context (its layers
+    recomputed in backward when the context's `recompute` is on, its parameters broadcast from
+    rank 0 with `parameter_broadcast`): itself when
     stand-alone, data parallel, hybrid, on one rank, or when it manages its own parallelism;
     else wrapped in a `SemiAutoParallelCell` over the world with batch-sharded inputs.
 
     On more than one rank it first checks that every rank was given the same parallel context
     (this is where training starts, so a mismatch is refused before the first step).
     """
+    if get_auto_parallel_context("recompute"):
+        from .recompute import recompute_layers
+        recompute_layers(network)
     mode = get_parallel_mode()
     from .. import communication as comm
     # stand-alone without init(): no communicator is open, so there are no ranks to compare with
     multi_rank = (mode != "stand_alone" or comm.is_initialized()) and comm.get_group_size() > 1
     if multi_rank:
         check_consistent_across_ranks()
+        if get_auto_parallel_context("parameter_broadcast"):
+            broadcast_parameters(network)
     if mode not in PLANNED_MODES:
         return network
     if not multi_rank or manages_own_parallelism(network):

@@ -173,5 +173,9 @@ def _check(key, value):
         raise ParallelConfigError(f"{key} must be a positive integer, got {value!r}")
     if key == "device_num" and value is not None and (not isinstance(value, int) or value < 1):
         raise ParallelConfigError(f"device_num must be a positive integer, got {value!r}")
+    if key == "optimizer_weight_shard_size" and (isinstance(value, bool) or not isinstance(value, int) or
+                                                 (value < 1 and value != -1)):
+        raise ParallelConfigError(f"optimizer_weight_shard_size must be -1 (the whole data-parallel group) or a "
+                                  f"positive integer, got {value!r}")
     if key == "grad_bucket_size_mb" and not (isinstance(value, (int, float)) and value > 0):
         raise ParallelConfigError(f"grad_bucket_size_mb must be a positive number, got {value!r}")

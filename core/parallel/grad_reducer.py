@@ -63,6 +63,8 @@ class DistributedGradReducer:
         if bucket_size_mb is None:
             bucket_size_mb = get_auto_parallel_context("grad_bucket_size_mb")
         self.bucket_bytes = max(1, int(float(bucket_size_mb) * (1 << 20)))
+        # gradient_fp32_sync=False (MindSpore): float32 gradients travel as float16, half the bytes
+        self.fp32_sync = bool(get_auto_parallel_context("gradient_fp32_sync"))
         self._shapes = [tuple(p.shape) for p in self.parameters]
         self._position = {id(p): i for i, p in enumerate(self.parameters)}
         self._complete = (False,) * len(self.parameters)
@@ -91,13 +93,16 @@ class DistributedGradReducer:
         buckets, current = [], None
         for i in reversed(list(indices)):
             p = self.parameters[i]
-            numel, dtype = int(np.prod(self._shapes[i], dtype=np.int64)), p.dtype
+            numel, dtype = int(np.prod(self._shapes[i], dtype=np.int64)), self._wire_dtype(p.dtype)
             full = current is not None and (current.size + numel) * dtype.itemsize > self.bucket_bytes
             if current is None or current.dtype != dtype or (full and current.size):
                 current = _Bucket(dtype)
                 buckets.append(current)
             current.add(i, numel)
         return buckets
+
+    def _wire_dtype(self, dtype):
+        return np.dtype(np.float16) if not self.fp32_sync and np.dtype(dtype) == np.float32 else np.dtype(dtype)
 
     # -- during backward -------------------------------------------------------------------------
     def _on_grad_ready(self, target, grad):
@@ -150,7 +155,9 @@ class DistributedGradReducer:
                 np.multiply(flat, np.asarray(scale, flat.dtype), out=flat)
             for index, offset in zip(bucket.indices, bucket.offsets):
                 numel = int(np.prod(self._shapes[index], dtype=np.int64))
-                out[index] = Tensor._wrap(flat[offset:offset + numel].reshape(self._shapes[index]))
+                value = flat[offset:offset + numel].reshape(self._shapes[index])
+                dtype = self.parameters[index].dtype
+                out[index] = Tensor._wrap(value if value.dtype == dtype else value.astype(dtype))
             bucket.clear()
         self.bytes_reduced = sum(b.size * b.dtype.itemsize for b in self.buckets)
         return tuple(out)
@@ -161,7 +168,11 @@ class DistributedGradReducer:
         out = list(grads)
         for bucket in self.buckets:
             for index in bucket.indices:
-                reduced = all_reduce(grads[index], "sum", self.group)
+                grad = grads[index]
+                if np.dtype(bucket.dtype) != np.dtype(grad.dtype):  # reduced in the narrower wire dtype
+                    reduced = F.cast(all_reduce(F.cast(grad, bucket.dtype), "sum", self.group), grad.dtype)
+                else:
+                    reduced = all_reduce(grad, "sum", self.group)
                 out[index] = F.mul(reduced, 1.0 / self.degree) if self.mean else reduced
         return tuple(out)
 

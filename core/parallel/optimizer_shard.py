@@ -46,7 +46,7 @@ class ParallelOptimizer(Cell):
     # reduce-scatter / all-gather of flat numpy shards: GRAPH_MODE runs this eagerly (mstrain.jit.run_cell)
     _graph_mode_eager = True
 
-    def __init__(self, optimizer, group=None, mean=True, degree=None):
+    def __init__(self, optimizer, group=None, mean=True, degree=None, replica_group=None):
         super().__init__(auto_prefix=False)
         name = type(optimizer).__name__
         if name in _NOT_ELEMENTWISE:
@@ -54,7 +54,11 @@ class ParallelOptimizer(Cell):
                                       f"state cannot be sharded elementwise; use Adam, AdamWeightDecay, "
                                       f"AdamW, Momentum or SGD")
         self.group = _data_group(group)
-        self.mean, self.degree = bool(mean), int(degree) if degree else self.group.size
+        # replica_group (optimizer_weight_shard_size): the ranks holding the same chunks in the
+        # other shard groups; gradients are summed over it too
+        self.replica_group = get_group(replica_group) if replica_group is not None else None
+        replicas = self.replica_group.size if self.replica_group is not None else 1
+        self.mean, self.degree = bool(mean), int(degree) if degree else self.group.size * replicas
         self._full = tuple(optimizer.parameters)
         self._shards, self._whole = self._plan()
         self._clip_norm = self._take_clip(optimizer)
@@ -173,18 +177,26 @@ class ParallelOptimizer(Cell):
                 padded[:s.numel] = grads[s.index]._data.reshape(-1)
                 send[:, s.offset:s.offset + s.chunk] = padded.reshape(n, s.chunk)
             mine = reduce_scatter_array(send.reshape(-1), self.group)
+            mine = self._sum_over_replicas(mine)
             mine *= np.asarray(scale, mine.dtype)
             for s in self._shards:
                 local[s.index] = Tensor._wrap(mine[s.offset:s.offset + s.chunk])
         for i in self._whole:
             g = all_reduce_array(grads[i]._data, self.group) if self.group.size > 1 else grads[i]._data.copy()
+            g = self._sum_over_replicas(g)
             local[i] = Tensor._wrap(g * np.asarray(scale, g.dtype))
         return tuple(local)
+
+    def _sum_over_replicas(self, array):
+        if self.replica_group is None or self.replica_group.size == 1:
+            return array
+        return all_reduce_array(array, self.replica_group)
 
     def _complete_as_contributions(self, grads, scale):
         """Gradients the semi-auto interpreter already completed are the same on every rank: turn
         each into a 1/N contribution so the sum-then-`scale` below gives it back unchanged."""
-        factor = 1.0 / (self.group.size * scale)
+        replicas = self.replica_group.size if self.replica_group is not None else 1
+        factor = 1.0 / (self.group.size * replicas * scale)
         for param, g in zip(self._full, grads):
             if factor != 1.0 and gradient_is_complete(param):
                 yield Tensor._wrap(g._data * np.asarray(factor, g._data.dtype))
@@ -243,4 +255,24 @@ def wrap_optimizer(optimizer):
     group = _data_group(None)
     if group.size <= 1:
         return optimizer
-    return ParallelOptimizer(optimizer, group=group, mean=get_auto_parallel_context("gradients_mean"))
+    shard_group, replica_group = _shard_groups(group, get_auto_parallel_context("optimizer_weight_shard_size"))
+    return ParallelOptimizer(optimizer, group=shard_group, mean=get_auto_parallel_context("gradients_mean"),
+                             degree=group.size, replica_group=replica_group)
+
+
+def _shard_groups(group, shard_size):
+    """(shard group, replica group) for `optimizer_weight_shard_size` (MindSpore: states are cut over
+    groups of that many consecutive data-parallel ranks; -1 or the whole group: over all of it)."""
+    if shard_size in (-1, None) or shard_size >= group.size:
+        return group, None
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1 or group.size % shard_size:
+        raise ParallelConfigError(f"optimizer_weight_shard_size ({shard_size!r}) must be -1 or a positive divisor "
+                                  f"of the data-parallel degree ({group.size})")
+    from ..communication.management import split_groups
+    position = {r: k for k, r in enumerate(group.ranks)}
+    key = ("optimizer_weight_shard", group.ranks, shard_size)
+    shard = split_groups(key + ("shard",), lambda r: (position[r] // shard_size, f"opt-shard{position[r] // shard_size}"),
+                         parent=group)
+    replica = split_groups(key + ("replica",), lambda r: (position[r] % shard_size, f"opt-replica{position[r] % shard_size}"),
+                           parent=group)
+    return shard, replica

@@ -26,7 +26,7 @@ import zlib
 import numpy as np
 
 from ..errors import CheckpointError
-from ..fileio import atomic_write
+from ..fileio import atomic_write, remove_stale_temp_files
 from ..tensor import Parameter, Tensor
 
 __all__ = ["save_checkpoint", "load_checkpoint", "load_param_into_net", "TRAIN_STATE_KEY"]
@@ -183,6 +183,7 @@ def save_checkpoint(save_obj, ckpt_file_name, append_dict=None, choice_func=None
         dup = next(n for n in names if names.count(n) > 1)
         raise CheckpointError(f"checkpoint {path!r}: two entries are named {dup!r}")
     records, data_size = _layout(entries)
+    remove_stale_temp_files(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
     atomic_write(path, lambda handle: _write_body(handle, entries, records, meta, data_size))
     return path
 

@@ -4,6 +4,7 @@ import re
 import time
 
 from .. import train_state
+from ...fileio import remove_stale_temp_files
 from ..serialization import TRAIN_STATE_KEY, save_checkpoint
 from ._callback import Callback
 
@@ -114,6 +115,7 @@ class ModelCheckpoint(Callback):
         network = self.config.saved_network or args.train_network
         append = {"epoch_num": args.cur_epoch_num, "step_num": args.cur_step_num,
                   TRAIN_STATE_KEY: train_state.capture(args), **self.config.append_dict}
+        remove_stale_temp_files(self.directory, self._base_prefix)  # left by a killed earlier run
         save_checkpoint(network, path, append_dict=append)
         now = self._clock()
         self._saved = [(t, p) for t, p in self._saved if p != path] + [(now, path)]

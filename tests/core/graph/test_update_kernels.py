@@ -65,3 +65,34 @@ def test_update_is_one_kernel_with_numpy_numbers(name, count, uses_step, attrs, 
     for a, b in zip([eager[0], *eager[1]], [compiled[0], *compiled[1]]):
         np.testing.assert_allclose(b.asnumpy(), a.asnumpy(), rtol=2e-6, atol=1e-7)
     assert int(compiled[2].asnumpy()) == len(grads)
+
+
+def _guarded_update(prim, param, states, step, lr, grad, attrs):
+    """A loss-scaled step in miniature: the unscaled gradient feeds both the overflow guard (read
+    before the step increments) and the update (which reads the incremented step)."""
+    unscaled = grad * 0.5
+    enabled = ms.ops.isfinite(ms.ops.sum(unscaled * 0.0))
+    t = apply(K.increment_step, step, enabled)
+    apply(prim, param, *states, unscaled, lr, t, enabled, **attrs)
+    return ms.ops.sum(param)
+
+
+@pytest.mark.parametrize("name, count, uses_step, attrs", [c for c in CASES if c[2]])
+def test_a_guarded_update_reads_the_step_its_increment_wrote(name, count, uses_step, attrs):
+    """The increment is fused with the guard, which needs the gradient kernel the update shares:
+    the update's step-dependent numbers must still come after the write (at t = 0 Adam's bias
+    correction is 0 / 0 and every weight turned NaN)."""
+    prim = getattr(K, name)
+    grads = [np.random.default_rng(20 + k).standard_normal((37, 19)).astype(np.float32) for k in range(3)]
+    grads[1][0, 0] = np.inf  # an overflowed step writes nothing
+    eager, compiled = _state((37, 19), count, 0), _state((37, 19), count, 0)
+    f = ms.jit(lambda g: _guarded_update(prim, *compiled, g, attrs))
+    with np.errstate(invalid="ignore"):  # inf * 0 is the overflow check
+        for g in grads:
+            _guarded_update(prim, *eager, ms.Tensor(g), attrs)
+            f(ms.Tensor(g))
+    assert f.graphs()[0].count(op="fused") > 0
+    assert int(compiled[2].asnumpy()) == int(eager[2].asnumpy()) == 2
+    for a, b in zip([eager[0], *eager[1]], [compiled[0], *compiled[1]]):
+        assert np.isfinite(b.asnumpy()).all()
+        np.testing.assert_allclose(b.asnumpy(), a.asnumpy(), rtol=2e-6, atol=1e-7)

@@ -131,3 +131,24 @@ def test_mind_dataset_from_list_of_shard_files(tmp_path):
     only_one = ds.MindDataset([files[1]], columns_list=["i32"], shuffle=False)
     assert 0 < only_one.get_dataset_size() < 20
     assert os.path.exists(files[0])
+
+
+@pytest.mark.parametrize("rows, shard_num", [(100, 4), (10, 4), (3, 4), (41, 3)])
+def test_a_small_write_spreads_over_every_shard_with_the_default_page_size(tmp_path, rows, shard_num):
+    """One write_raw_data of fixed-size rows with the default page size: shard k holds rows
+    [n k / S, n (k + 1) / S), as MindSpore's writer divides a write; reading gives every row in order."""
+    writer = FileWriter(str(tmp_path / "small.rec"), shard_num=shard_num)
+    writer.add_schema({"id": {"type": "int64"}, "x": {"type": "float32", "shape": [4]}})
+    writer.add_index(["id"])
+    writer.write_raw_data([{"id": i, "x": np.full(4, i, np.float32)} for i in range(rows)])
+    writer.commit()
+    reader = FileReader(writer.file_names[0])
+    per_shard = {path: 0 for path in writer.file_names}
+    for path, _, _, count, _ in reader.page_table():
+        per_shard[path] += count
+    assert list(per_shard.values()) == [rows * (k + 1) // shard_num - rows * k // shard_num
+                                        for k in range(shard_num)]
+    assert len(reader) == rows
+    assert [int(r["id"]) for r in reader] == list(range(rows))
+    assert np.array_equal(np.stack([r["x"] for r in reader])[:, 0], np.arange(rows, dtype=np.float32))
+    assert reader.find("id", rows - 1) == [rows - 1]

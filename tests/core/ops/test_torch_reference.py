@@ -1,11 +1,14 @@
-"""Values and gradients against torch.autograd (skipped when torch is not installed)."""
+"""Values and gradients against torch.autograd (skipped when torch is not installed, see
+tests/torch_support.py)."""
 import numpy as np
 import pytest
 
 import mstrain as ms
 from mstrain import Tensor, ops
 
-torch = pytest.importorskip("torch")
+from ...torch_support import import_torch
+
+torch = import_torch()
 tF = torch.nn.functional
 
 _RNG = np.random.default_rng(0)

@@ -139,3 +139,48 @@ def test_duplicate_names_are_rejected(tmp_path):
     with pytest.raises(CheckpointError, match="'a'"):
         ms.save_checkpoint([{"name": "a", "data": np.ones(1)}, {"name": "a", "data": np.ones(1)}],
                            tmp_path / "d.ckpt")
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+import numpy as np
+from mstrain import fileio
+def write(handle):
+    handle.write(b"half a checkpoint")
+    handle.flush()
+    os.kill(os.getpid(), signal.SIGKILL)  # no exception handler runs: the temp file stays
+fileio.atomic_write(sys.argv[1], write)
+"""
+
+
+def _kill_a_writer(path):
+    """A process killed in the middle of writing `path` (its temp file is left behind)."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(path)], timeout=120)
+    assert done.returncode != 0
+    return [n for n in os.listdir(os.path.dirname(path)) if n.endswith(".tmp")]
+
+
+def test_a_new_save_removes_the_temp_files_of_killed_writes(tmp_path):
+    stale = _kill_a_writer(tmp_path / "CKP-1_3.ckpt")
+    assert len(stale) == 1 and stale[0].startswith(".CKP-1_3.ckpt.")
+    live = tmp_path / f".CKP-2_3.ckpt.{ms.fileio._writer_tag()}.abcdefgh.tmp"  # this process: alive
+    elsewhere = tmp_path / ".CKP-2_3.ckpt.otherhost-1.abcdefgh.tmp"            # another host's writer
+    unrelated = tmp_path / ".notes.txt.tmp"
+    for path in (live, elsewhere, unrelated):
+        path.write_bytes(b"x")
+    model, _, _ = make_model()
+    checkpoint = ms.train.callback.ModelCheckpoint(prefix="CKP", directory=str(tmp_path))
+    model.train(1, _tiny_data(), callbacks=[checkpoint])
+    names = set(os.listdir(tmp_path))
+    assert stale[0] not in names
+    assert {live.name, elsewhere.name, unrelated.name} <= names
+    assert any(n.endswith(".ckpt") and not n.startswith(".") for n in names)
+
+
+def test_save_checkpoint_removes_a_killed_write_of_the_same_file(tmp_path):
+    target = tmp_path / "net.ckpt"
+    assert len(_kill_a_writer(target)) == 1
+    ms.save_checkpoint({"w": np.ones(3, np.float32)}, str(target))
+    assert sorted(os.listdir(tmp_path)) == ["net.ckpt"]
