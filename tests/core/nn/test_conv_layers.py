@@ -6,6 +6,7 @@ import pytest
 import mstrain as ms
 from mstrain import nn, ops
 from mstrain import dataset as ds
+from ...torch_support import import_torch
 
 RNG = np.random.default_rng(0)
 
@@ -81,7 +82,7 @@ def test_bad_shapes_and_arguments_name_the_layer():
 # -- PyTorch's values --------------------------------------------------------------------------------
 @pytest.mark.parametrize("stride,padding,dilation,groups", [(1, 0, 1, 1), (2, 1, 1, 2), (1, 2, 2, 4), (3, 1, 1, 1)])
 def test_conv2d_matches_torch(stride, padding, dilation, groups):
-    torch = pytest.importorskip("torch", reason="torch is optional (comparison tests)")
+    torch = import_torch()
     conv = nn.Conv2d(4, 8, 3, stride=stride, pad_mode="pad", padding=padding, dilation=dilation, group=groups,
                      has_bias=True)
     x = RNG.standard_normal((2, 4, 11, 9)).astype(np.float32)
@@ -91,7 +92,7 @@ def test_conv2d_matches_torch(stride, padding, dilation, groups):
 
 
 def test_transpose_pooling_and_norms_match_torch():
-    torch = pytest.importorskip("torch", reason="torch is optional (comparison tests)")
+    torch = import_torch()
     F = torch.nn.functional
     x = RNG.standard_normal((2, 4, 9, 10)).astype(np.float32)
     tx = torch.tensor(x)
@@ -114,7 +115,7 @@ def test_transpose_pooling_and_norms_match_torch():
 
 
 def test_conv_gradients_match_torch():
-    torch = pytest.importorskip("torch", reason="torch is optional (comparison tests)")
+    torch = import_torch()
     conv = nn.Conv2d(3, 5, 3, stride=2, pad_mode="pad", padding=1, has_bias=True)
     x = RNG.standard_normal((2, 3, 8, 7)).astype(np.float32)
     loss = lambda inp: (conv(inp) ** 2).sum()  # noqa: E731
