@@ -11,6 +11,8 @@ from .classes import *  # noqa: F401,F403
 from .classes_nn import *  # noqa: F401,F403
 from .classes import PrimitiveOp  # noqa: F401
 from . import classes, classes_nn
+from .custom import Custom, CustomOpError  # noqa: F401
+from .hybrid import HybridSyntaxError  # noqa: F401
 from ..autograd import GradOperation, grad, value_and_grad  # noqa: F401  (MindSpore: ops.grad, ...)
 
 __all__ = (functional.__all__ + classes.__all__ + classes_nn.__all__
