@@ -132,8 +132,8 @@ def _fits(group, node, kind):
     return True
 
 
-def _depends_on(start_nodes, member_ids, lowest, pos):
-    """True when any of `start_nodes` (reading back through inputs) reaches a member."""
+def _depends_on(start_nodes, member_ids, lowest, pos, after):
+    """True when any of `start_nodes` (reading back through inputs and order edges) reaches a member."""
     stack, seen = list(start_nodes), set()
     while stack:
         n = stack.pop()
@@ -143,20 +143,24 @@ def _depends_on(start_nodes, member_ids, lowest, pos):
             continue
         seen.add(id(n))
         stack.extend(n.inputs)
+        stack.extend(after.get(id(n), ()))
     return False
 
 
-def _acyclic(groups, node, pos):
-    """Merging `groups` with `node` creates no path member -> outside node -> member."""
+def _acyclic(groups, node, pos, after):
+    """Merging `groups` with `node` creates no path member -> outside node -> member. Order edges
+    count as paths: a backward seeded by a collective (whose data input is a constant) still runs
+    after the collectives before it, so it cannot share a kernel with the forward they read."""
     ids = set().union(*[g.ids for g in groups])
     lowest = min(pos[id(g.members[0])] for g in groups)
     members = [m for g in groups for m in g.members] + [node]
-    outside = [i for m in members for i in m.inputs if id(i) not in ids]
-    return not _depends_on(outside, ids, lowest, pos)
+    outside = [i for m in members for i in list(m.inputs) + after.get(id(m), []) if id(i) not in ids]
+    return not _depends_on(outside, ids, lowest, pos, after)
 
 
 def _form_groups(graph, pos):
     group_of, groups, epoch = {}, [], 0
+    after = _order_edges(graph)
     for node in graph.nodes:
         kind = _kind(node)
         if kind is None:
@@ -173,7 +177,7 @@ def _form_groups(graph, pos):
             g = group_of.get(id(i))
             if g is not None and g.epoch == epoch and g.mode is None and g not in candidates and _fits(g, node, kind):
                 candidates.append(g)
-        if candidates and _acyclic(candidates, node, pos):
+        if candidates and _acyclic(candidates, node, pos, after):
             group = candidates[0]
             for other in candidates[1:]:
                 for m in other.members:
