@@ -183,6 +183,11 @@ class Executable:
         outs = [arrays.get(id(o)) for o in self._outputs_of(node)]
         if node.op == "fused":
             return node.value.build(ins, outs)
+        host = lowering.HOST_KERNELS.get(node.prim.name)
+        if host is not None and len(outs) == 1 and isinstance(outs[0], np.ndarray):
+            kernel = host(node, ins, outs)
+            if kernel is not None:
+                return kernel
         if node.shape is not None and outs[0] is not None and not node.prim.mutates:
             kernel = lowering.out_kernel(node, ins, outs[0])
             if kernel is not None:

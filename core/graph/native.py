@@ -205,6 +205,10 @@ class NativeProgram:
         instrs = []
         self.python_calls = 0
         for kernel in plan:
+            native = getattr(kernel, "native", None)
+            if native is not None and native[0] == "steps":  # several C calls (a collective and its copies)
+                instrs += [self._c_call(*step) for step in native[1]]
+                continue
             instrs.append(self._instr(kernel))
         self.count = len(instrs)
         self.instrs = (_Instr * max(1, self.count))(*instrs)
@@ -228,6 +232,11 @@ class NativeProgram:
         self._keep.append(callback)
         self.python_calls += 1
         return _Instr(ctypes.cast(callback, ctypes.c_void_p).value, None, None)
+
+    def _c_call(self, function, pointers, values):
+        self._keep.append((function, pointers, values))
+        return _Instr(ctypes.cast(function, ctypes.c_void_p).value, ctypes.addressof(pointers),
+                      ctypes.addressof(values))
 
     def run(self):
         """One step."""
