@@ -240,6 +240,32 @@ def _mpi_all_reduce(comm, x, out, op, size):
         out /= size
 
 
+def all_reduce_packed_kernel(arrays, out, group, op="sum"):
+    """Pack `arrays` (flattened, in order) into one buffer and all-reduce it into `out`."""
+    arrays = [np.asarray(a) for a in arrays]
+    packed = np.empty(out.shape, out.dtype)
+    pieces, offset = [], 0
+    for a in arrays:
+        pieces.append((a, packed[offset:offset + a.size].reshape(a.shape)))
+        offset += a.size
+    comm = group.require_member() if group.size > 1 else None
+
+    def run():
+        for a, piece in pieces:
+            np.copyto(piece, a)
+        if comm is None:
+            np.copyto(out, packed)
+        else:
+            _mpi_all_reduce(comm, packed, out, op, group.size)
+    scale = _scale(op, group.size, out.dtype)
+    if comm is None or scale is None or not _native_ready(out.dtype, comm):
+        return CollectiveKernel(run)
+    steps = [_copy_step(a, piece) for a, piece in pieces]
+    steps.append(("ms_allreduce", (packed, out),
+                  [out.size, _handle(_datatype(out.dtype)), _handle(_op(op)), _handle(comm), *scale]))
+    return CollectiveKernel(run, steps)
+
+
 def all_gather_kernel(x, out, group, axis=0):
     """Concatenation of every rank's `x` along `axis` into `out`."""
     if group.size == 1:
@@ -366,6 +392,7 @@ def _builders():
         return node.attrs.get(key, default)
     return {
         "all_reduce": lambda n, i, o: all_reduce_kernel(i[0], o[0], a(n, "group"), a(n, "op", "sum")),
+        "all_reduce_packed": lambda n, i, o: all_reduce_packed_kernel(i, o[0], a(n, "group"), a(n, "op", "sum")),
         "reduce_from_region": lambda n, i, o: all_reduce_kernel(i[0], o[0], a(n, "group"), "sum"),
         "copy_to_region": lambda n, i, o: _copy_kernel(i[0], o[0]),
         "all_gather": lambda n, i, o: all_gather_kernel(i[0], o[0], a(n, "group"), a(n, "axis", 0)),
