@@ -23,14 +23,50 @@ _SOURCE = r"""#include <cstdint>
 typedef int (*allreduce_t)(const void*, void*, int, intptr_t, intptr_t, intptr_t);
 typedef int (*allgather_t)(const void*, int, intptr_t, void*, int, intptr_t, intptr_t);
 typedef int (*reduce_scatter_t)(const void*, void*, int, intptr_t, intptr_t, intptr_t);
+typedef int (*isend_t)(const void*, int, intptr_t, int, int, intptr_t, void*);
+typedef int (*recv_t)(void*, int, intptr_t, int, int, intptr_t, void*);
+typedef int (*wait_t)(void*, void*);
+typedef int (*bcast_t)(void*, int, intptr_t, int, intptr_t);
 static allreduce_t g_allreduce = nullptr;
 static allgather_t g_allgather = nullptr;
 static reduce_scatter_t g_reduce_scatter = nullptr;
+static isend_t g_isend = nullptr;
+static recv_t g_recv = nullptr;
+static wait_t g_wait = nullptr;
+static bcast_t g_bcast = nullptr;
 
-extern "C" void ms_comm_set(void* allreduce, void* allgather, void* reduce_scatter) {
+extern "C" void ms_comm_set(void* allreduce, void* allgather, void* reduce_scatter, void* isend, void* recv,
+                            void* wait, void* bcast) {
   g_allreduce = reinterpret_cast<allreduce_t>(allreduce);
   g_allgather = reinterpret_cast<allgather_t>(allgather);
   g_reduce_scatter = reinterpret_cast<reduce_scatter_t>(reduce_scatter);
+  g_isend = reinterpret_cast<isend_t>(isend);
+  g_recv = reinterpret_cast<recv_t>(recv);
+  g_wait = reinterpret_cast<wait_t>(wait);
+  g_bcast = reinterpret_cast<bcast_t>(bcast);
+}
+
+/* p = {staging, src, request slot}; n = {nbytes, count, datatype, dest, tag, comm}: the value is
+   copied aside first, so the plan may reuse the source buffer while the send is in flight */
+extern "C" void ms_isend(void** p, const int64_t* n) {
+  std::memcpy(p[0], p[1], n[0]);
+  g_isend(p[0], static_cast<int>(n[1]), n[2], static_cast<int>(n[3]), static_cast<int>(n[4]), n[5], p[2]);
+}
+
+/* p = {recv, status}; n = {count, datatype, source, tag, comm} */
+extern "C" void ms_recv(void** p, const int64_t* n) {
+  g_recv(p[0], static_cast<int>(n[0]), n[1], static_cast<int>(n[2]), static_cast<int>(n[3]), n[4], p[1]);
+}
+
+/* p = {status, request slot...}; n = {number of slots} */
+extern "C" void ms_wait(void** p, const int64_t* n) {
+  for (int64_t i = 0; i < n[0]; ++i) g_wait(p[1 + i], p[0]);
+}
+
+/* p = {src, buffer}; n = {nbytes, count, datatype, root, comm} */
+extern "C" void ms_bcast(void** p, const int64_t* n) {
+  if (p[0] != p[1]) std::memcpy(p[1], p[0], n[0]);
+  g_bcast(p[1], static_cast<int>(n[1]), n[2], static_cast<int>(n[3]), n[4]);
 }
 
 /* x *= scale for `count` elements (is_double: double, else float); scale as the bits of a double */
@@ -76,6 +112,8 @@ extern "C" void ms_strided_copy(void** p, const int64_t* n) {
 """
 
 _SCALE_KINDS = {np.dtype(np.float32): 1, np.dtype(np.float64): 2}
+_MPI_FUNCTIONS = ("MPI_Allreduce", "MPI_Allgather", "MPI_Reduce_scatter_block", "MPI_Isend", "MPI_Recv",
+                  "MPI_Wait", "MPI_Bcast")
 
 
 class _Native:
@@ -97,7 +135,7 @@ def _mpi_library():
                 library = ctypes.CDLL(path)
             except OSError:
                 continue
-            if all(hasattr(library, s) for s in ("MPI_Allreduce", "MPI_Allgather", "MPI_Reduce_scatter_block")):
+            if all(hasattr(library, s) for s in _MPI_FUNCTIONS):
                 return library
     return None
 
@@ -120,8 +158,7 @@ def native_library():
             return None
         library = ctypes.PyDLL(path)
         address = lambda name: ctypes.cast(getattr(mpi, name), ctypes.c_void_p).value  # noqa: E731
-        library.ms_comm_set(ctypes.c_void_p(address("MPI_Allreduce")), ctypes.c_void_p(address("MPI_Allgather")),
-                            ctypes.c_void_p(address("MPI_Reduce_scatter_block")))
+        library.ms_comm_set(*[ctypes.c_void_p(address(name)) for name in _MPI_FUNCTIONS])
         _Native.library, _Native.mpi, _Native.failed = library, mpi, False
     return _Native.library
 
@@ -335,6 +372,24 @@ def reduce_scatter_kernel(x, out, group, axis=0, op="sum"):
     return CollectiveKernel(run, steps)
 
 
+def broadcast_kernel(x, out, group, root=0):
+    """Every rank's `out` = group rank `root`'s `x`."""
+    if group.size == 1:
+        return _copy_kernel(x, out)
+    comm = group.require_member()
+    x = np.asarray(x)
+
+    def run():
+        np.copyto(out, x)
+        comm.Bcast(out, root=root)
+    if not (_native_ready(out.dtype, comm) and out.flags.c_contiguous):
+        return CollectiveKernel(run)
+    steps = []
+    src = _contiguous(x, steps)
+    steps.append(("ms_bcast", (src, out), [out.nbytes, out.size, _handle(_datatype(out.dtype)), root, _handle(comm)]))
+    return CollectiveKernel(run, steps)
+
+
 def slice_kernel(x, out, index):
     """`out` = x[index] (a local block: no communication)."""
     view = np.asarray(x)[index]
@@ -393,6 +448,7 @@ def _builders():
     return {
         "all_reduce": lambda n, i, o: all_reduce_kernel(i[0], o[0], a(n, "group"), a(n, "op", "sum")),
         "all_reduce_packed": lambda n, i, o: all_reduce_packed_kernel(i, o[0], a(n, "group"), a(n, "op", "sum")),
+        "broadcast": lambda n, i, o: broadcast_kernel(i[0], o[0], a(n, "group"), a(n, "root", 0)),
         "reduce_from_region": lambda n, i, o: all_reduce_kernel(i[0], o[0], a(n, "group"), "sum"),
         "copy_to_region": lambda n, i, o: _copy_kernel(i[0], o[0]),
         "all_gather": lambda n, i, o: all_gather_kernel(i[0], o[0], a(n, "group"), a(n, "axis", 0)),
