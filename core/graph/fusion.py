@@ -22,7 +22,7 @@ from .expand import EXPANDERS, Builder
 from .expand_optim import OPTIMIZER_EXPANDERS
 from .group import FusedGroup
 from .ir import Graph, Node, rewrite
-from .lowering import OUT_KERNELS
+from .lowering import HOST_KERNELS, OUT_KERNELS
 
 _REDUCTIONS = ("sum", "mean", "max", "min")
 
@@ -195,16 +195,24 @@ def _form_groups(graph, pos):
         group.add(node)
         group.reduce |= kind == "reduce"
         group_of[id(node)] = group
-    return [g for g in groups if _worth_a_kernel(g)]
+    distributed = _is_distributed(graph)
+    return [g for g in groups if _worth_a_kernel(g, distributed)]
 
 
-def _worth_a_kernel(group):
+def _worth_a_kernel(group, distributed=False):
     """Every group with a reduction or an in-place write is (so the C step loop stays in C); a
-    lone elementwise op is only when numpy would allocate for it."""
+    lone elementwise op is when numpy would allocate for it, and in a distributed step (one with
+    collectives) always: there a call back into Python also holds up every other rank."""
     calls = [m for m in group.members if m.prim.name != "assign"]
     if len(calls) > 1 or group.reduce or group.mode == "axes" or len(calls) < len(group.members):
         return True
-    return len(calls) == 1 and calls[0].prim.name not in OUT_KERNELS and calls[0].prim.kind == "elementwise"
+    lone = len(calls) == 1 and calls[0].prim.kind == "elementwise"
+    return lone and (distributed or calls[0].prim.name not in OUT_KERNELS)
+
+
+def _is_distributed(graph):
+    """True when the graph holds a collective (a primitive with a host kernel, see lowering)."""
+    return any(n.op == "call" and n.prim.name in HOST_KERNELS for n in graph.nodes)
 
 
 # ---------------------------------------------------------------------------------------------
