@@ -28,7 +28,14 @@ def _native_enabled():
 
 
 def _attach_gemm(kernel, node, ins, out):
-    """Mark a matrix product the C runner can issue as numpy's own BLAS call."""
+    """Mark a matrix product the C runner can issue as numpy's own BLAS call (and a sum over
+    leading axes as the same additions in C)."""
+    if node.prim.name == "sum_to" and isinstance(ins[0], np.ndarray):
+        from .native import sum_rows_params
+        params = sum_rows_params(ins[0], out)
+        if params is not None:
+            kernel.native = ("sum_rows", (ins[0], out), params)
+        return
     if node.prim.name == "matmul":
         a, b = ins
     elif node.prim.name == "dense_weight_grad":
