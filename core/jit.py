@@ -338,7 +338,7 @@ def _runs_eagerly(cell):
             reason = reason if isinstance(reason, str) else "it takes host decisions on tensor values"
             import warnings
             warnings.warn(f"GRAPH_MODE: {type(cell).__name__} runs eagerly, not compiled: "
-                          f"{type(culprit).__name__} cannot be traced ({reason})", stacklevel=3)
+                          f"{type(culprit).__name__} cannot be traced ({reason})", stacklevel=4)
     return eager
 
 

@@ -2,11 +2,13 @@
 
 A compiled step (GRAPH_MODE, the sink runner) binds every collective node of its graph to
 buffers planned once. This module gives the executor a kernel for each collective primitive
-(`all_reduce`, `all_gather`, `reduce_scatter`, the Megatron region ops, the semi-auto
-redistribution ops): a small C function that calls the MPI library mpi4py loaded
-(`MPI_Allreduce`, `MPI_Allgather`, `MPI_Reduce_scatter_block`) on those buffers, plus strided
-copies for the slicing and re-assembling around them. The C step loop then runs a data-parallel,
-ZeRO or semi-auto step without returning to Python.
+(`all_reduce`, `all_reduce_packed`, `all_gather`, `reduce_scatter`, `broadcast`, the Megatron
+region ops, the semi-auto redistribution ops; parallel/zero_ops.py and parallel/pipeline_ops.py
+add the optimizer-shard and pipeline ones): small C functions that call the MPI library mpi4py
+loaded (`MPI_Allreduce`, `MPI_Allgather`, `MPI_Reduce_scatter_block`, `MPI_Bcast`, `MPI_Isend`,
+`MPI_Recv`, `MPI_Wait`) on those buffers, plus strided copies for the slicing and re-assembling
+around them. The C step loop then runs a data-parallel, ZeRO, semi-auto or pipeline step
+without returning to Python.
 
 Where the MPI library cannot be reached from C (no compiler, an MPI whose handles are not
 integers or pointers, a dtype MPI has no type for), the kernel is the same collective through
@@ -148,7 +150,10 @@ def native_library():
         from ..graph.executor import _native_enabled
         if not _native_enabled():
             return None
-        from mpi4py import MPI  # noqa: F401  (loads the MPI library)
+        try:
+            from mpi4py import MPI  # noqa: F401  (loads the MPI library)
+        except ImportError:
+            return None
         mpi = _mpi_library()
         if mpi is None:
             return None
