@@ -301,10 +301,9 @@ _cell_functions = weakref.WeakKeyDictionary()
 def run_cell(cell, args, kwargs):
     """`Cell.__call__` in GRAPH_MODE: the Cell's call, compiled once per signature and phase.
 
-    A Cell holding a Cell class with `_graph_mode_eager = True` (one that takes host decisions on
-    tensor values at every call: a loss-scaled step whose update cell or optimizer has no traced
-    path, the semi-auto interpreter, pipeline sends) runs eagerly, as in the sink runner, instead of
-    failing to trace.
+    A Cell holding a Cell with `_graph_mode_eager` set (True or the reason: one that takes host
+    decisions on tensor values at every call, e.g. a loss-scaled step whose update cell or optimizer
+    has no traced path) runs eagerly, as in the sink runner, after a warning naming it and why.
     """
     if active_tracer() is not None or _autograd.state.recording or _runs_eagerly(cell):
         runner, _CONTEXT.cell_runner = _CONTEXT.cell_runner, None
@@ -328,10 +327,18 @@ _eager_cells = weakref.WeakKeyDictionary()
 
 
 def _runs_eagerly(cell):
+    """True when a Cell inside `cell` cannot be traced (`_graph_mode_eager`: True or the reason
+    why); the first time, a warning names that Cell and the reason, so no run is eager silently."""
     eager = _eager_cells.get(cell)
     if eager is None:
-        eager = any(getattr(c, "_graph_mode_eager", False) for _, c in cell.cells_and_names())
-        _eager_cells[cell] = eager
+        culprit = next((c for _, c in cell.cells_and_names() if getattr(c, "_graph_mode_eager", False)), None)
+        eager = _eager_cells[cell] = culprit is not None
+        if eager:
+            reason = culprit._graph_mode_eager
+            reason = reason if isinstance(reason, str) else "it takes host decisions on tensor values"
+            import warnings
+            warnings.warn(f"GRAPH_MODE: {type(cell).__name__} runs eagerly, not compiled: "
+                          f"{type(culprit).__name__} cannot be traced ({reason})", stacklevel=4)
     return eager
 
 

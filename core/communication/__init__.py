@@ -37,3 +37,7 @@ __all__ = [
     "iall_reduce", "iall_gather", "ireduce_scatter", "iall_to_all", "isend", "irecv",
     "copy_to_region", "reduce_from_region", "scatter_to_region", "gather_from_region",
 ]
+
+from . import graph_kernels as _graph_kernels  # noqa: E402
+
+_graph_kernels.register()  # compiled steps run the collectives as C kernels on planned buffers

@@ -44,6 +44,18 @@ def all_reduce(x, op=ReduceOp.SUM, group=None):
     return _all_reduce(x, _resolve(group), op)
 
 
+@defop("all_reduce_packed", attrs=("group", "op"), stateful=True, differentiable=False)
+def _all_reduce_packed(*arrays, group, op="sum"):
+    packed = np.concatenate([np.ravel(a) for a in arrays]) if len(arrays) > 1 else np.ravel(arrays[0]).copy()
+    return _t.all_reduce_array(packed, group, op)
+
+
+def all_reduce_packed(tensors, op=ReduceOp.SUM, group=None):
+    """One all-reduce of `tensors` flattened and concatenated (a gradient bucket): a 1-d result
+    holding each reduced tensor in turn. Not differentiable (it reduces finished gradients)."""
+    return _all_reduce_packed(*tensors, group=_resolve(group), op=op)
+
+
 # ---- all-gather / reduce-scatter --------------------------------------------------------------
 
 @defop("all_gather", attrs=("group", "axis"), stateful=True)

@@ -28,7 +28,14 @@ def _native_enabled():
 
 
 def _attach_gemm(kernel, node, ins, out):
-    """Mark a matrix product the C runner can issue as numpy's own BLAS call."""
+    """Mark a matrix product the C runner can issue as numpy's own BLAS call (and a sum over
+    leading axes as the same additions in C)."""
+    if node.prim.name == "sum_to" and isinstance(ins[0], np.ndarray):
+        from .native import sum_rows_params
+        params = sum_rows_params(ins[0], out)
+        if params is not None:
+            kernel.native = ("sum_rows", (ins[0], out), params)
+        return
     if node.prim.name == "matmul":
         a, b = ins
     elif node.prim.name == "dense_weight_grad":
@@ -183,6 +190,11 @@ class Executable:
         outs = [arrays.get(id(o)) for o in self._outputs_of(node)]
         if node.op == "fused":
             return node.value.build(ins, outs)
+        host = lowering.HOST_KERNELS.get(node.prim.name)
+        if host is not None and all(isinstance(o, np.ndarray) for o in outs):
+            kernel = host(node, ins, outs)
+            if kernel is not None:
+                return kernel
         if node.shape is not None and outs[0] is not None and not node.prim.mutates:
             kernel = lowering.out_kernel(node, ins, outs[0])
             if kernel is not None:

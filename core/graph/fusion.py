@@ -22,7 +22,7 @@ from .expand import EXPANDERS, Builder
 from .expand_optim import OPTIMIZER_EXPANDERS
 from .group import FusedGroup
 from .ir import Graph, Node, rewrite
-from .lowering import OUT_KERNELS
+from .lowering import HOST_KERNELS, OUT_KERNELS
 
 _REDUCTIONS = ("sum", "mean", "max", "min")
 
@@ -153,8 +153,9 @@ def _state_dependencies(graph):
     return raw, war
 
 
-def _depends_on(start_nodes, member_ids, lowest, pos, state_deps):
-    """True when any of `start_nodes` (reading back through inputs and state orderings) reaches a member."""
+def _depends_on(start_nodes, member_ids, lowest, pos, ordered_after):
+    """True when any of `start_nodes` (reading back through inputs, state orderings and collective
+    order edges) reaches a member."""
     stack, seen = list(start_nodes), set()
     while stack:
         n = stack.pop()
@@ -164,25 +165,29 @@ def _depends_on(start_nodes, member_ids, lowest, pos, state_deps):
             continue
         seen.add(id(n))
         stack.extend(n.inputs)
-        stack.extend(state_deps(n))
+        stack.extend(ordered_after(n))
     return False
 
 
-def _acyclic(groups, node, pos, raw, war):
+def _acyclic(groups, node, pos, raw, war, after):
     """Merging `groups` with `node` creates no path member -> outside node -> member, and puts no
-    read of a resident in the kernel that writes it before (the kernel reads its inputs first)."""
+    read of a resident in the kernel that writes it before (the kernel reads its inputs first).
+    Collective order edges count as paths: a backward seeded by a collective (whose data input is
+    a constant) still runs after the collectives before it, so it cannot share a kernel with the
+    forward they read."""
     ids = set().union(*[g.ids for g in groups])
     members = [m for g in groups for m in g.members] + [node]
     if any(id(w) in ids for m in members for w in raw.get(id(m), ())):
         return False
     lowest = min(pos[id(g.members[0])] for g in groups)
-    state_deps = lambda n: raw.get(id(n), []) + war.get(id(n), [])  # noqa: E731
-    outside = [i for m in members for i in list(m.inputs) + state_deps(m) if id(i) not in ids]
-    return not _depends_on(outside, ids, lowest, pos, state_deps)
+    ordered_after = lambda n: raw.get(id(n), []) + war.get(id(n), []) + list(after.get(id(n), ()))  # noqa: E731
+    outside = [i for m in members for i in list(m.inputs) + ordered_after(m) if id(i) not in ids]
+    return not _depends_on(outside, ids, lowest, pos, ordered_after)
 
 
 def _form_groups(graph, pos, raw, war):
     group_of, groups, epoch = {}, [], 0
+    after = _order_edges(graph)
     for node in graph.nodes:
         kind = _kind(node)
         if kind is None:
@@ -199,7 +204,7 @@ def _form_groups(graph, pos, raw, war):
             g = group_of.get(id(i))
             if g is not None and g.epoch == epoch and g.mode is None and g not in candidates and _fits(g, node, kind):
                 candidates.append(g)
-        if candidates and _acyclic(candidates, node, pos, raw, war):
+        if candidates and _acyclic(candidates, node, pos, raw, war, after):
             group = candidates[0]
             for other in candidates[1:]:
                 for m in other.members:
@@ -217,16 +222,24 @@ def _form_groups(graph, pos, raw, war):
         group.add(node)
         group.reduce |= kind == "reduce"
         group_of[id(node)] = group
-    return [g for g in groups if _worth_a_kernel(g)]
+    distributed = _is_distributed(graph)
+    return [g for g in groups if _worth_a_kernel(g, distributed)]
 
 
-def _worth_a_kernel(group):
+def _worth_a_kernel(group, distributed=False):
     """Every group with a reduction or an in-place write is (so the C step loop stays in C); a
-    lone elementwise op is only when numpy would allocate for it."""
+    lone elementwise op is when numpy would allocate for it, and in a distributed step (one with
+    collectives) always: there a call back into Python also holds up every other rank."""
     calls = [m for m in group.members if m.prim.name != "assign"]
     if len(calls) > 1 or group.reduce or group.mode == "axes" or len(calls) < len(group.members):
         return True
-    return len(calls) == 1 and calls[0].prim.name not in OUT_KERNELS and calls[0].prim.kind == "elementwise"
+    lone = len(calls) == 1 and calls[0].prim.kind == "elementwise"
+    return lone and (distributed or calls[0].prim.name not in OUT_KERNELS)
+
+
+def _is_distributed(graph):
+    """True when the graph holds a collective (a primitive with a host kernel, see lowering)."""
+    return any(n.op == "call" and n.prim.name in HOST_KERNELS for n in graph.nodes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -184,6 +184,12 @@ def out_kernel(node, ins, out):
     return None if build is None else build(node, ins, out)
 
 
+# Kernels for primitives with an effect outside the process (collectives), registered by the
+# modules defining them: name -> builder(node, inputs, outputs) returning a zero-argument kernel
+# over the bound buffers (with `native` C steps when it has them), or None for the impl path.
+HOST_KERNELS = {}
+
+
 def impl_kernel(node, ins, outs):
     """Run the primitive's impl and copy its result(s) into `outs` (None entries are not kept)."""
     impl, attrs = node.prim.impl, node.attrs

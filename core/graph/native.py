@@ -46,6 +46,21 @@ extern "C" void ms_loop(const Instr* prog, int64_t count, int64_t steps, int64_t
   }
 }
 
+/* p = {x, out}; n = {is_double, rows, cols}: out[j] = x[0][j] + x[1][j] + ... in row order, as
+   numpy's add.reduce sums a C-contiguous array over its leading axes (sum_to of a broadcast add) */
+template <typename T> static void sum_rows(const T* x, T* out, int64_t rows, int64_t cols) {
+  for (int64_t j = 0; j < cols; ++j) out[j] = x[j];
+  for (int64_t i = 1; i < rows; ++i) {
+    const T* row = x + i * cols;
+    for (int64_t j = 0; j < cols; ++j) out[j] += row[j];
+  }
+}
+
+extern "C" void ms_sum_rows(void** p, const int64_t* n) {
+  if (n[0]) sum_rows(static_cast<const double*>(p[0]), static_cast<double*>(p[1]), n[1], n[2]);
+  else sum_rows(static_cast<const float*>(p[0]), static_cast<float*>(p[1]), n[1], n[2]);
+}
+
 /* numpy's BLAS: cblas_?gemm with 64-bit integers (ILP64, numpy's default build) or 32-bit ones. */
 typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t,
                           const float*, int64_t, float, float*, int64_t);
@@ -103,6 +118,7 @@ class _Runtime:
     library = None
     failed = False
     gemm = None  # address of ms_gemm when numpy's BLAS was found
+    sum_rows = None  # address of ms_sum_rows
 
 
 def _numpy_blas():
@@ -136,8 +152,23 @@ def runtime():
         if blas is not None:
             library.ms_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]), ctypes.c_int64(blas[2]))
             _Runtime.gemm = ctypes.cast(library.ms_gemm, ctypes.c_void_p).value
+        _Runtime.sum_rows = ctypes.cast(library.ms_sum_rows, ctypes.c_void_p).value
         _Runtime.library = library
     return _Runtime.library
+
+
+def sum_rows_params(x, out):
+    """ms_sum_rows params for out = x summed over its leading axes, or None where numpy's own
+    order of additions could differ (a non-contiguous input, a reduction along memory)."""
+    if x.dtype != out.dtype or x.dtype not in (np.float32, np.float64) or not x.flags.c_contiguous:
+        return None
+    if not out.flags.c_contiguous or out.ndim == 0 or x.shape[x.ndim - out.ndim:] != out.shape:
+        return None
+    cols = out.size
+    rows = x.size // max(cols, 1)
+    if cols < 2 or rows < 1 or x.ndim == out.ndim:
+        return None
+    return [int(x.dtype == np.float64), rows, cols]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,6 +236,10 @@ class NativeProgram:
         instrs = []
         self.python_calls = 0
         for kernel in plan:
+            native = getattr(kernel, "native", None)
+            if native is not None and native[0] == "steps":  # several C calls (a collective and its copies)
+                instrs += [self._c_call(*step) for step in native[1]]
+                continue
             instrs.append(self._instr(kernel))
         self.count = len(instrs)
         self.instrs = (_Instr * max(1, self.count))(*instrs)
@@ -220,6 +255,12 @@ class NativeProgram:
             values = (ctypes.c_int64 * len(params))(*params)
             self._keep.append((arrays, pointers, values))
             return _Instr(_Runtime.gemm, ctypes.addressof(pointers), ctypes.addressof(values))
+        if native is not None and native[0] == "sum_rows" and _Runtime.sum_rows is not None:
+            _, arrays, params = native
+            pointers = (ctypes.c_void_p * 2)(*[x.ctypes.data for x in arrays])
+            values = (ctypes.c_int64 * len(params))(*params)
+            self._keep.append((arrays, pointers, values))
+            return _Instr(_Runtime.sum_rows, ctypes.addressof(pointers), ctypes.addressof(values))
         if native is not None and native[0] == "kernel":
             _, function, pointers, values = native
             return _Instr(ctypes.cast(function, ctypes.c_void_p).value, ctypes.addressof(pointers),
@@ -228,6 +269,11 @@ class NativeProgram:
         self._keep.append(callback)
         self.python_calls += 1
         return _Instr(ctypes.cast(callback, ctypes.c_void_p).value, None, None)
+
+    def _c_call(self, function, pointers, values):
+        self._keep.append((function, pointers, values))
+        return _Instr(ctypes.cast(function, ctypes.c_void_p).value, ctypes.addressof(pointers),
+                      ctypes.addressof(values))
 
     def run(self):
         """One step."""

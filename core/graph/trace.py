@@ -291,7 +291,10 @@ class Tracer:
             np.copyto(array, saved)
 
     def output_node(self, tensor):
-        """The node a returned Tensor stands for."""
+        """The node a returned Tensor stands for. The Tensor gets its concrete value when the
+        trace ends, even one built around a traced value elsewhere (a semi-auto DTensor)."""
+        if isinstance(tensor, Tensor) and type(tensor._data) is _Traced:
+            self._created.append(weakref.ref(tensor))
         return self.node_of(tensor)[0]
 
     def finish(self, output_nodes):

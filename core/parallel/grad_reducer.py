@@ -13,7 +13,8 @@ import weakref
 import numpy as np
 
 from .. import autograd as _autograd
-from ..communication import all_reduce, get_group, iall_reduce
+from ..communication import get_group, iall_reduce
+from ..communication.collectives import all_reduce_packed
 from ..graph.trace import active_tracer
 from ..ops import functional as F
 from ..tensor import Tensor
@@ -163,17 +164,19 @@ class DistributedGradReducer:
         return tuple(out)
 
     def _traced_reduce(self, grads):
-        """Inside a graph trace (a compiled or sunk step): one all_reduce op per gradient, so the
-        compiled plan runs the collectives itself, in the same order on every rank."""
+        """Inside a graph trace (a compiled or sunk step): one all_reduce op per bucket (its
+        gradients flattened and concatenated, as the eager path packs them), so the compiled plan
+        runs the collectives itself, in the same order on every rank, as C kernels."""
         out = list(grads)
         for bucket in self.buckets:
-            for index in bucket.indices:
-                grad = grads[index]
-                if np.dtype(bucket.dtype) != np.dtype(grad.dtype):  # reduced in the narrower wire dtype
-                    reduced = F.cast(all_reduce(F.cast(grad, bucket.dtype), "sum", self.group), grad.dtype)
-                else:
-                    reduced = all_reduce(grad, "sum", self.group)
-                out[index] = F.mul(reduced, 1.0 / self.degree) if self.mean else reduced
+            reduced = all_reduce_packed([F.cast(grads[index], bucket.dtype) for index in bucket.indices],
+                                        "sum", self.group)
+            for index, offset in zip(bucket.indices, bucket.offsets):
+                numel = int(np.prod(self._shapes[index], dtype=np.int64))
+                piece = F.reshape(reduced[offset:offset + numel], self._shapes[index])
+                if np.dtype(bucket.dtype) != np.dtype(grads[index].dtype):  # reduced in the narrower wire dtype
+                    piece = F.cast(piece, grads[index].dtype)
+                out[index] = F.mul(piece, 1.0 / self.degree) if self.mean else piece
         return tuple(out)
 
     def _start(self, bucket, grads):

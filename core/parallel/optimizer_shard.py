@@ -12,15 +12,21 @@ so the optimizer state per rank is about 1/N of the unsharded one while the numb
 the unsharded run (the update rules are elementwise). Parameters with
 `parallel_optimizer=False` stay whole and have their gradients all-reduced.
 """
+import functools
+
 import numpy as np
 
 from ..autograd import no_grad
 from ..common.parameter import ParameterTuple
-from ..communication import all_gather_array, all_reduce_array, get_group, reduce_scatter_array
+from ..communication import all_gather_array, all_reduce, all_reduce_array, get_group, reduce_scatter_array
+from ..graph.trace import active_tracer
+from ..ops import functional as F
+from .. import dtype as mstype
 from ..errors import ParallelConfigError
 from ..nn.cell import Cell
 from ..tensor import Parameter, Tensor
 from .spmd.interpreter import gradient_is_complete
+from .zero_ops import gather_shards, reduce_scatter_shards
 
 _NOT_ELEMENTWISE = ("LazyAdam", "Lamb", "LARS", "Adafactor")
 
@@ -42,9 +48,6 @@ class ParallelOptimizer(Cell):
     `parallel_opt(grads)` takes the *unreduced* gradients of `parallel_opt.parameters` (it does the
     data-parallel reduction itself: do not also use a DistributedGradReducer), updates and returns True.
     """
-
-    # reduce-scatter / all-gather of flat numpy shards: GRAPH_MODE runs this eagerly (mstrain.jit.run_cell)
-    _graph_mode_eager = True
 
     def __init__(self, optimizer, group=None, mean=True, degree=None, replica_group=None):
         super().__init__(auto_prefix=False)
@@ -156,12 +159,58 @@ class ParallelOptimizer(Cell):
         grads = tuple(gradients)
         if len(grads) != len(self._full):
             raise ValueError(f"ParallelOptimizer: got {len(grads)} gradients for {len(self._full)} parameters")
+        if active_tracer() is not None:
+            return self._traced_step(grads)
         local = self._reduce(grads)
         if self._clip_norm is not None:
             local = self._clip(local)
         self.optimizer(local)
         self._gather_parameters()
         return True
+
+    # -- the step as graph ops (a compiled step: GRAPH_MODE, dataset sink) ---------------------------
+    def _layout(self):
+        return tuple((s.numel, s.chunk, s.offset) for s in self._shards)
+
+    def _traced_step(self, grads):
+        """The same step with ops: one zero_reduce_scatter of the packed gradients, the inner
+        optimizer on views of this rank's chunk, one zero_gather_k writing the full parameters."""
+        scale = 1.0 / self.degree if self.mean else 1.0
+        replicas = self.replica_group.size if self.replica_group is not None else 1
+        factor = 1.0 / (self.group.size * replicas * scale)
+        grads = [F.mul(g, factor) if factor != 1.0 and gradient_is_complete(p) else g
+                 for p, g in zip(self._full, grads)]
+        local = list(grads)
+        if self._shards:
+            mine = reduce_scatter_shards([grads[s.index] for s in self._shards], self._layout(),
+                                         self._chunk_total, self.group, scale)
+            if replicas > 1:  # optimizer_weight_shard_size: the same chunk on each replica is summed too
+                mine = all_reduce(mine, "sum", self.replica_group)
+            for s in self._shards:
+                local[s.index] = mine[s.offset:s.offset + s.chunk]
+        for i in self._whole:
+            g = all_reduce(grads[i], "sum", self.group) if self.group.size > 1 else grads[i]
+            if replicas > 1:
+                g = all_reduce(g, "sum", self.replica_group)
+            local[i] = F.mul(g, scale) if scale != 1.0 else g
+        if self._clip_norm is not None:
+            local = self._traced_clip(local)
+        self.optimizer(tuple(local))
+        if self._shards:
+            chunks = self.optimizer.parameters
+            gather_shards([self._full[s.index] for s in self._shards], [chunks[s.index] for s in self._shards],
+                          self._layout(), self._chunk_total, self.group)
+        return True
+
+    def _traced_clip(self, local):
+        sharded = {s.index for s in self._shards}
+        squares = lambda indices: [F.sum(F.square(F.cast(local[i], mstype.float64))) for i in indices]  # noqa: E731
+        partial = functools.reduce(F.add, squares(sorted(sharded)), Tensor(np.zeros((), np.float64)))
+        whole = functools.reduce(F.add, squares(self._whole), Tensor(np.zeros((), np.float64)))
+        total = F.add(all_reduce(F.reshape(partial, (1,)), "sum", self.group)[0], whole)
+        norm = F.sqrt(total)
+        factor = F.div(self._clip_norm, F.maximum(norm, self._clip_norm))
+        return tuple(F.mul(g, F.cast(factor, g.dtype)) for g in local)
 
     def _reduce(self, grads):
         """Reduce-scatter the sharded gradients, all-reduce the whole ones; mean over the degree."""

@@ -23,8 +23,10 @@ import numpy as np
 from .. import autograd as _autograd
 from ..communication import broadcast_array, isend, recv_array
 from ..errors import ParallelConfigError
+from ..graph.trace import active_tracer
 from ..nn.cell import Cell
 from ..tensor import Tensor
+from . import pipeline_traced as _traced
 from .grad_reducer import DistributedGradReducer
 
 _DTYPES = (np.float32, np.float64, np.float16, np.int32, np.int64, np.int8, np.uint8, np.bool_)
@@ -64,9 +66,6 @@ class PipelineCell(Cell):
     lists this stage's only. Stage boundaries carry one Tensor. Defaults: the context's
     micro_batch_num and `parallel_groups()`. Train it with `Model(pipeline_cell, optimizer=opt)`
     (which builds a `PipelineTrainOneStepCell`) or that train cell directly."""
-
-    # 1F1B sends and receives activations between ranks as it goes: GRAPH_MODE runs this eagerly (mstrain.jit.run_cell)
-    _graph_mode_eager = True
 
     def __init__(self, stages, loss_fn, micro_batch_num=None, groups=None):
         super().__init__(auto_prefix=False)
@@ -155,6 +154,8 @@ class PipelineCell(Cell):
     # -- the schedule ----------------------------------------------------------------------------
     def forward_backward(self, inputs, labels):
         """One step over all micro-batches: (mean loss on every stage, grads of `trainable_params()`)."""
+        if active_tracer() is not None:
+            return _traced.forward_backward(self, inputs, labels)
         xs, ys = self._split(inputs), self._split(labels)
         m, p, stage = self.micro_batch_num, self.groups.pipeline_stages, self.groups.stage
         params = self.trainable_params()
@@ -179,6 +180,8 @@ class PipelineCell(Cell):
 
     def construct(self, inputs, labels):
         """Forward only (evaluation): the mean loss over the micro-batches, on every stage."""
+        if active_tracer() is not None:
+            return _traced.forward_only(self, inputs, labels)
         with _autograd.no_grad():
             losses, stage = [], self.groups.stage
             for x_mb, y_mb in zip(self._split(inputs), self._split(labels)):

@@ -83,9 +83,6 @@ class SemiAutoParallelCell(Cell):
     split the cost model (`hardware`, default `cost_model.Hardware()`) finds cheapest.
     """
 
-    # the interpreter runs each op's plan over the ranks with numpy: GRAPH_MODE runs this eagerly (mstrain.jit.run_cell)
-    _graph_mode_eager = True
-
     def __init__(self, network, group=None, input_strategy=None, auto=None, hardware=None, output_strategy=None):
         super().__init__(auto_prefix=False)
         self.network = network

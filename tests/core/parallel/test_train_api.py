@@ -23,5 +23,6 @@ def test_graph_mode_training_path_matches_one_process(tmp_path, mode):
     run_mpi("train_api.py", 2, tmp_path / "multi", 10, mode, "graph")
     want = load_ranks(tmp_path / "single", 1)[0]
     for r, got in enumerate(load_ranks(tmp_path / "multi", 2)):
+        assert int(got["compiled"]) >= 1, f"rank {r}: GRAPH_MODE ran the {mode} step eagerly"
         for key in set(want) - {"compiled"}:
             np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-5, err_msg=f"rank {r}: {key}")

@@ -13,7 +13,7 @@ from mstrain.parallel import SemiAutoParallelCell
 
 out, steps, mode = out_dir(), int(sys.argv[2]), sys.argv[3]
 comm.init()
-if sys.argv[4:] == ["graph"]:  # GRAPH_MODE: cells compile where they can, parallel cells run eagerly
+if sys.argv[4:] == ["graph"]:  # GRAPH_MODE: the train cell compiles, collectives included
     ms.set_context(mode=ms.GRAPH_MODE)
 n = comm.get_group_size()
 ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel" if mode == "semi" else "data_parallel",
@@ -55,4 +55,5 @@ else:
     rank = comm.get_rank() if mode == "zero" else 0
     for i in range(steps):
         step(ms.Tensor(xs[i, rank * per:(rank + 1) * per]), ms.Tensor(ys[i, rank * per:(rank + 1) * per]))
+compiled = jit_compile_count()  # GRAPH_MODE compiles every mode's step (none runs eagerly)
 save(out, compiled=compiled, **{p.name: p.asnumpy() for p in net.trainable_params()})
