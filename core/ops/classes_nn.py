@@ -6,6 +6,7 @@ import builtins
 
 from .. import dtype as _dtype
 from . import functional as F
+from ._axes import resolve_broadcast_shape
 from .classes import PrimitiveOp, _single_axis
 
 
@@ -71,9 +72,7 @@ class BroadcastTo(PrimitiveOp):
         self.shape = tuple(shape)
 
     def construct(self, x):
-        lead = len(self.shape) - x.ndim
-        shape = tuple(x.shape[i - lead] if n == -1 else n for i, n in enumerate(self.shape))
-        return self._main(F.broadcast_to, x, shape)
+        return self._main(F.broadcast_to, x, resolve_broadcast_shape(x.shape, self.shape, "BroadcastTo"))
 
 
 class StridedSlice(PrimitiveOp):
@@ -237,7 +236,7 @@ class TopK(PrimitiveOp):
         self.sorted = sorted
 
     def construct(self, x, k):
-        return self._main(F.topk, x, k)
+        return self._main(F.topk, x, k, sorted=self.sorted)
 
 
 class Sort(PrimitiveOp):
