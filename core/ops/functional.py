@@ -5,7 +5,9 @@ from .math import (  # noqa: F401
     matmul, maximum, minimum, mod, mul, neg, not_equal, pow, round, rsqrt, sign, sin, sqrt, square,
     stop_gradient, sub, sum_to, swapaxes, unbroadcast, where,
 )
-from .reduce import argmax, argmin, logsumexp, max, mean, min, prod, reshape_to, sum  # noqa: F401
+from .reduce import (  # noqa: F401
+    argmax, argmin, logsumexp, max, mean, min, prod, reduce_all, reduce_any, reshape_to, sum,
+)
 from .array import (  # noqa: F401
     add_n, cat, chunk, concat, expand_dims, flatten, getitem, permute, reshape, slice, split,
     squeeze, stack, tile, transpose,
@@ -27,6 +29,10 @@ from .creation import (  # noqa: F401
 from .numeric import (  # noqa: F401
     clip_by_global_norm, einsum, expm1, global_norm, log1p, log_sigmoid, masked_fill, norm, outer,
     reciprocal, std, var,
+)
+from .aliases import (  # noqa: F401
+    bias_add, divide, eq, ge, gt, le, lt, multiply, ne, negative, real_div, select, subtract, tensor_add,
+    tensor_div, tensor_mul, tensor_sub, top_k, true_divide,
 )
 
 __all__ = sorted(name for name in dir() if not name.startswith("_"))

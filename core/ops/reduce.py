@@ -6,7 +6,8 @@ from .primitive import defop
 from .math import broadcast_to, mul, div, equal, where, exp, sub, log
 from ..tensor import Tensor
 
-__all__ = ["reshape_to", "sum", "mean", "max", "min", "argmax", "argmin", "logsumexp", "prod"]
+__all__ = ["reshape_to", "sum", "mean", "max", "min", "argmax", "argmin", "logsumexp", "prod", "reduce_all",
+           "reduce_any"]
 
 
 def _norm_axes(axis, ndim):
@@ -152,3 +153,23 @@ def _(ctx, g):
     x = ctx.inputs[0]
     axis, keepdims = ctx.attrs["axis"], ctx.attrs["keepdims"]
     return div(mul(_keep(g, x.shape, axis, keepdims), _keep(ctx.out, x.shape, axis, keepdims)), x)
+
+
+@defop("reduce_all", kind="reduce", differentiable=False, attrs=("axis", "keepdims"))
+def _reduce_all(x, axis=None, keepdims=False):
+    return np.all(x, axis=_numpy_axes(axis, np.ndim(x)), keepdims=keepdims)
+
+
+@defop("reduce_any", kind="reduce", differentiable=False, attrs=("axis", "keepdims"))
+def _reduce_any(x, axis=None, keepdims=False):
+    return np.any(x, axis=_numpy_axes(axis, np.ndim(x)), keepdims=keepdims)
+
+
+def reduce_all(x, axis=None, keepdims=False):
+    """Logical AND over `axis` (every axis for None or ()): a bool Tensor (MindSpore's ReduceAll)."""
+    return _reduce_all(x, canonical_axis(axis, x), keepdims)
+
+
+def reduce_any(x, axis=None, keepdims=False):
+    """Logical OR over `axis` (every axis for None or ()): a bool Tensor (MindSpore's ReduceAny)."""
+    return _reduce_any(x, canonical_axis(axis, x), keepdims)
