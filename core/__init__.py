@@ -8,7 +8,8 @@ from . import _threads  # noqa: F401  (thread defaults: must run before numpy lo
 # ---- tensors, ops, autodiff ---------------------------------------------------------------------
 from . import dtype
 from .dtype import (  # noqa: F401
-    bool_, double, float16, float32, float64, float_, half, int8, int16, int32, int64, uint8,
+    bfloat16, bool_, double, float16, float32, float64, float_, half, int8, int16, int32, int64, uint8, uint16,
+    uint32, uint64,
 )
 from .tensor import Parameter, Tensor
 from .autograd import GradOperation, grad, no_grad, value_and_grad
@@ -41,7 +42,7 @@ __all__ = [
     # tensors, ops, autodiff
     "Tensor", "Parameter", "dtype", "ops", "grad", "value_and_grad", "GradOperation", "no_grad",
     "set_seed", "get_seed", "fileio",
-    "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool_",
+    "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bfloat16", "bool_",
     # graph mode
     "GRAPH_MODE", "PYNATIVE_MODE", "set_context", "get_context", "jit", "mutable", "jit_compile_count",
     # networks, data, training

@@ -14,6 +14,14 @@ uint32 = np.dtype("uint32")
 uint64 = np.dtype("uint64")
 bool_ = np.dtype("bool")
 
+# bfloat16 is STORED AS FLOAT32: a float32 dtype tagged through numpy's dtype metadata, whose values
+# are rounded to bfloat16 (8 exponent bits, 8 significand bits, round-to-nearest-even) on every
+# write: Tensor(..., dtype=bfloat16), cast/astype to it, Parameter.set_data/assign_value, and every
+# eagerly dispatched op result or in-place update on such data. Memory and speed are float32's; the
+# numbers are bfloat16's. It compares equal to float32 (numpy ignores metadata in ==); tell them
+# apart with `is_bfloat16`. A compiled graph rounds its inputs and parameters, not its temporaries.
+bfloat16 = np.dtype(np.float32, metadata={"mstrain": "bfloat16"})
+
 # MindSpore spells these in several ways; all name the same dtypes.
 float_ = float32
 half = float16
@@ -30,9 +38,11 @@ def is_floating(dtype):
 
 
 def as_dtype(dtype):
-    """Accept a dtype, a numpy type or a name ('float32', 'fp16'); raise naming the bad value."""
+    """Accept a dtype, a numpy type or a name ('float32', 'fp16', 'bfloat16'); raise naming the bad value."""
     if dtype is None:
         return None
+    if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16"):
+        return bfloat16
     aliases = {"fp16": "float16", "fp32": "float32", "fp64": "float64", "bool": "bool"}
     try:
         return np.dtype(aliases.get(dtype, dtype) if isinstance(dtype, str) else dtype)
@@ -126,3 +136,39 @@ def _cast_operand(value, target):
         return value
     array = np.asarray(value)
     return array if array.dtype == target else array.astype(target)
+
+
+# ---- bfloat16 storage --------------------------------------------------------------------------
+
+class _Bfloat16State:
+    used = False  # set once a bfloat16 array exists: until then dispatch skips the rounding check
+
+
+def is_bfloat16(dtype):
+    metadata = getattr(dtype, "metadata", None)
+    return metadata is not None and metadata.get("mstrain") == "bfloat16"
+
+
+def round_to_bfloat16(array):
+    """Round a float32 array to bfloat16 values in place (round to nearest, ties to even; NaN stays
+    NaN, overflow goes to inf) and return it."""
+    bits = array.view(np.uint32)
+    nan = np.isnan(array)
+    rounded = bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
+    rounded &= np.uint32(0xFFFF0000)
+    np.copyto(bits, rounded, where=~nan)
+    return array
+
+
+def to_bfloat16(values):
+    """A new bfloat16-tagged float32 array holding `values` rounded to bfloat16."""
+    _Bfloat16State.used = True
+    return round_to_bfloat16(np.array(values, dtype=float32, order="C", copy=True).view(bfloat16))
+
+
+def round_bfloat16_writes(arrays):
+    """Round, in place, every bfloat16-tagged array among `arrays` (results and written inputs)."""
+    for array in arrays:
+        if type(array) is np.ndarray and array.dtype.metadata is not None and is_bfloat16(array.dtype) \
+                and array.flags.writeable:
+            round_to_bfloat16(array)

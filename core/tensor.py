@@ -17,6 +17,8 @@ def _to_array(data, dtype):
             array = array.astype(np.float32)  # Python floats become float32, as in MindSpore
     if dtype is not None:
         dtype = _dtype.as_dtype(dtype)
+        if _dtype.is_bfloat16(dtype):
+            return _dtype.to_bfloat16(array)
         if array.dtype != dtype:
             array = array.astype(dtype)
     return array
@@ -183,6 +185,7 @@ class Tensor:
     def assign_value(self, value):
         """Replace the contents in place (shape and dtype kept)."""
         np.copyto(self._data, value._data if isinstance(value, Tensor) else value, casting="same_kind")
+        _dtype.round_bfloat16_writes((self._data,))
         return self
 
 
@@ -219,6 +222,7 @@ class Parameter(Tensor):
         """Replace the value (the shape may change, e.g. when loading a resharded checkpoint)."""
         array = _to_array(data, None)
         self._data = np.array(array, dtype=self._data.dtype, order="C", copy=True)
+        _dtype.round_bfloat16_writes((self._data,))
         return self
 
     def clone(self, name=None):

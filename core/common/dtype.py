@@ -17,12 +17,11 @@ class Type:
         self._name = name
 
     def __eq__(self, other):
-        if isinstance(other, Type):
-            return self.dtype == other.dtype
         try:
-            return self.dtype == np.dtype(other)
+            other = other.dtype if isinstance(other, Type) else np.dtype(other)
         except TypeError:
             return NotImplemented
+        return self.dtype == other and _dtype.is_bfloat16(self.dtype) == _dtype.is_bfloat16(other)
 
     def __ne__(self, other):
         equal = self.__eq__(other)
@@ -56,15 +55,16 @@ uint64 = Type(_dtype.uint64, "UInt64")
 float16 = Type(_dtype.float16, "Float16")
 float32 = Type(_dtype.float32, "Float32")
 float64 = Type(_dtype.float64, "Float64")
+bfloat16 = Type(_dtype.bfloat16, "BFloat16")  # stored as float32, rounded to bfloat16 on every write
 half, single, double = float16, float32, float64
 float_, int_, uint = float32, int32, uint32
 
 number_type = (int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64)
 int_type = (int8, int16, int32, int64)
 uint_type = (uint8, uint16, uint32, uint64)
-float_type = (float16, float32, float64)
+float_type = (float16, float32, float64, bfloat16)
 
-_BY_NUMPY = {t.dtype: t for t in (bool_,) + number_type}
+_BY_NUMPY = {t.dtype: t for t in (bool_,) + number_type}  # bfloat16 arrays read as float32 here
 
 
 def dtype_to_nptype(type_):

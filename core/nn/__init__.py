@@ -4,7 +4,7 @@ from .activation import (
     ELU, GELU, Flatten, Identity, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Softplus, Tanh,
     get_activation,
 )
-from .layers import Dense, Dropout, Embedding, LayerNorm, OneHot
+from .layers import Dense, Dropout, Embedding, LayerNorm, OneHot, Pad
 from .container import CellDict, CellList, SequentialCell
 from .loss import (
     BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, LossBase, MSELoss, NLLLoss, SmoothL1Loss,
@@ -19,7 +19,7 @@ from .optim import learning_rate_schedule, dynamic_lr  # noqa: F401
 
 __all__ = [
     "Cell", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "ELU", "LeakyReLU", "SiLU",
-    "Softplus", "Flatten", "Identity", "get_activation", "Dense", "Dropout", "Embedding", "LayerNorm", "OneHot",
+    "Softplus", "Flatten", "Identity", "get_activation", "Dense", "Dropout", "Embedding", "LayerNorm", "OneHot", "Pad",
     "SequentialCell", "CellList", "CellDict", "LossBase", "SoftmaxCrossEntropyWithLogits",
     "BCEWithLogitsLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "NLLLoss", "CrossEntropyLoss",
     "WithLossCell", "WithEvalCell", "TrainOneStepCell", "TrainOneStepWithLossScaleCell",

@@ -1,4 +1,4 @@
-"""Basic layers: Dense, Embedding, LayerNorm, Dropout, OneHot (MindSpore signatures and defaults)."""
+"""Basic layers: Dense, Embedding, LayerNorm, Dropout, OneHot, Pad (MindSpore signatures and defaults)."""
 import math
 
 import numpy as np
@@ -12,7 +12,7 @@ from ._primitives import dense, dense_no_bias
 from .activation import get_activation
 from .cell import Cell
 
-__all__ = ["Dense", "Embedding", "LayerNorm", "Dropout", "OneHot"]
+__all__ = ["Dense", "Embedding", "LayerNorm", "Dropout", "OneHot", "Pad"]
 
 
 class Dense(Cell):
@@ -189,3 +189,21 @@ class OneHot(Cell):
 
     def extend_repr(self):
         return f"axis={self.axis}, depth={self.depth}, on_value={self.on_value}, off_value={self.off_value}"
+
+
+class Pad(Cell):
+    """MindSpore's nn.Pad: pad each axis by paddings[d] = (before, after) in `mode` CONSTANT
+    (zeros), REFLECT (mirror without the edge) or SYMMETRIC (mirror with the edge)."""
+
+    def __init__(self, paddings, mode="CONSTANT"):
+        super().__init__()
+        self.paddings = tuple(tuple(int(v) for v in p) for p in paddings)
+        self.mode = str(mode).upper()
+        if self.mode not in ("CONSTANT", "REFLECT", "SYMMETRIC"):
+            raise ValueError(f"Pad: mode must be CONSTANT, REFLECT or SYMMETRIC, got {mode!r}")
+
+    def construct(self, x):
+        return F.pad(x, self.paddings, self.mode)
+
+    def extend_repr(self):
+        return f"paddings={self.paddings}, mode={self.mode}"

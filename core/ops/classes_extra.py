@@ -4,7 +4,7 @@ scatters, logical reductions and the in-place optimizer updates (`P.ApplyFtrl`, 
 See `classes.PrimitiveOp` for how construction, calling and `.shard(...)` work.
 """
 from . import functional as F
-from .classes import PrimitiveOp, ReduceSum, Gather, _simple
+from .classes import Gather, PrimitiveOp, ReduceSum, _simple
 
 
 class Slice(PrimitiveOp):
@@ -64,8 +64,117 @@ class ReduceAny(ReduceSum):
 
 
 TensorAdd = _simple("TensorAdd", F.add, 2, "x + y (MindSpore's former name of Add).")
+Mod = _simple("Mod", F.fmod, 2, "The remainder of x / y with x's sign (C's fmod; FloorMod has y's).")
+L2Loss = _simple("L2Loss", F.l2_loss, 1, "sum(x ** 2) / 2.")
+
+
+class ScatterNd(PrimitiveOp):
+    """ScatterNd()(indices, updates, shape): zeros(shape) with updates added at the nd indices."""
+    num_inputs = 2
+    shardable = False
+
+    def construct(self, indices, updates, shape):
+        return F.scatter_nd(indices, updates, shape)
+
+
+class Pad(PrimitiveOp):
+    """Pad(paddings)(x): zeros added before and after each axis, paddings[d] = (before, after)."""
+    num_inputs = 1
+    shardable = False
+
+    def __init__(self, paddings):
+        super().__init__()
+        self.paddings = tuple(tuple(p) for p in paddings)
+
+    def construct(self, x):
+        return F.pad(x, self.paddings)
+
+
+class MirrorPad(Pad):
+    """MirrorPad(mode)(x, paddings): REFLECT or SYMMETRIC padding."""
+
+    def __init__(self, mode="REFLECT"):
+        PrimitiveOp.__init__(self)
+        self.mode = mode
+
+    def construct(self, x, paddings):
+        pairs = paddings.asnumpy().tolist() if hasattr(paddings, "asnumpy") else paddings
+        return F.pad(x, pairs, self.mode)
+
+
+# ---- MindSpore's optimizer primitives: in place on Parameters, returning the parameter ----------
+
+class _InPlaceUpdate(PrimitiveOp):
+    shardable = False
+
+    def __init__(self, use_locking=False):
+        super().__init__()
+        self.use_locking = use_locking
+
+
+class ApplyFtrl(_InPlaceUpdate):
+    """ApplyFtrl()(var, accum, linear, grad, lr, l1, l2, lr_power) -> var (FTRL-proximal)."""
+
+    def construct(self, var, accum, linear, grad, lr, l1, l2, lr_power):
+        return F.apply_ftrl(var, accum, linear, grad, lr, l1, l2, lr_power)
+
+
+class ApplyAdagrad(_InPlaceUpdate):
+    """ApplyAdagrad(update_slots)(var, accum, lr, grad) -> (var, accum)."""
+
+    def __init__(self, update_slots=True, use_locking=False):
+        super().__init__(use_locking)
+        self.update_slots = bool(update_slots)
+
+    def construct(self, var, accum, lr, grad):
+        return F.apply_adagrad(var, accum, lr, grad, update_slots=self.update_slots), accum
+
+
+class ApplyRMSProp(_InPlaceUpdate):
+    """ApplyRMSProp()(var, mean_square, moment, learning_rate, grad, decay, momentum, epsilon) -> var."""
+
+    def construct(self, var, mean_square, moment, learning_rate, grad, decay, momentum, epsilon):
+        return F.apply_rms_prop(var, mean_square, moment, learning_rate, grad, decay, momentum, epsilon)
+
+
+class ApplyCenteredRMSProp(_InPlaceUpdate):
+    """ApplyCenteredRMSProp()(var, mean_gradient, mean_square, moment, grad, learning_rate, decay,
+    momentum, epsilon) -> var."""
+
+    def construct(self, var, mean_gradient, mean_square, moment, grad, learning_rate, decay, momentum, epsilon):
+        return F.apply_centered_rms_prop(var, mean_gradient, mean_square, moment, grad, learning_rate, decay,
+                                         momentum, epsilon)
+
+
+class Adam(_InPlaceUpdate):
+    """Adam(use_locking, use_nesterov)(var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon,
+    gradient) -> (var, m, v)."""
+
+    def __init__(self, use_locking=False, use_nesterov=False):
+        super().__init__(use_locking)
+        self.use_nesterov = bool(use_nesterov)
+
+    def construct(self, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, gradient):
+        F.apply_adam_with_powers(var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, gradient,
+                                 use_nesterov=self.use_nesterov)
+        return var, m, v
+
+
+class ApplyMomentum(_InPlaceUpdate):
+    """ApplyMomentum(use_nesterov)(variable, accumulation, learning_rate, gradient, momentum) -> variable:
+    accumulation = momentum * accumulation + gradient; variable -= learning_rate * accumulation
+    (Nesterov: learning_rate * (gradient + momentum * accumulation))."""
+
+    def __init__(self, use_locking=False, use_nesterov=False, gradient_scale=1.0):
+        super().__init__(use_locking)
+        self.use_nesterov, self.gradient_scale = bool(use_nesterov), float(gradient_scale)
+
+    def construct(self, variable, accumulation, learning_rate, gradient, momentum):
+        from ..nn.optim._kernels import apply_momentum  # nn builds on ops: imported on first use
+        return apply_momentum(variable, accumulation, gradient, learning_rate, momentum=float(momentum),
+                              use_nesterov=self.use_nesterov, grad_scale=self.gradient_scale)
 
 
 __all__ = [name for name, value in list(globals().items())
-           if isinstance(value, type) and issubclass(value, PrimitiveOp) and value is not PrimitiveOp
-           and value.__module__ == __name__]
+           if isinstance(value, type) and issubclass(value, PrimitiveOp) and not name.startswith("_")
+           and value not in (PrimitiveOp, Gather, ReduceSum)]

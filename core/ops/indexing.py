@@ -17,7 +17,7 @@ from .array import expand_dims
 
 __all__ = [
     "gather_backward", "gather", "index_select", "embedding_lookup", "repeat_interleave", "scatter_add",
-    "gather_nd", "tensor_scatter_add", "take_along_axis_backward", "take_along_axis", "gather_elements",
+    "gather_nd", "tensor_scatter_add", "scatter_nd", "take_along_axis_backward", "take_along_axis", "gather_elements",
     "one_hot", "unsorted_segment_sum", "unsorted_segment_max", "unsorted_segment_min",
     "unsorted_segment_mean", "segment_count", "topk", "sort", "argsort", "cumsum",
 ]
@@ -136,17 +136,33 @@ def scatter_add(input_x, indices, updates, axis=0):
 
 
 def _linear_nd_index(indices, shape):
-    """(..., k) indices into the first k axes of `shape` -> flat row numbers (negatives wrapped)."""
-    indices = as_array(_index_array(indices, "nd indices"))  # flattened on the host: a constant index
+    """(..., k) indices into the first k axes of `shape` -> flat row numbers (negatives wrapped).
+
+    A concrete index is flattened on the host and checked; a traced one (a graph input) is
+    flattened by ops in the graph, and the gather or scatter using it checks the range."""
+    indices = _index_array(indices, "nd indices")
     k = indices.shape[-1]
     if k > len(shape):
         raise ShapeError(f"nd indices address {k} axes but the tensor has shape {tuple(shape)}")
+    concrete = _concrete(indices)
+    if concrete is None:
+        return _traced_linear_nd_index(indices, shape, k), k
+    indices = concrete
     dims = np.asarray(shape[:k])
     wrapped = np.where(indices < 0, indices + dims, indices)
     if wrapped.size and (np.any(wrapped < 0) or np.any(wrapped >= dims)):
         raise IndexError(f"nd indices out of bounds for shape {tuple(shape[:k])}")
     strides = np.cumprod((tuple(shape[1:k]) + (1,))[::-1])[::-1]
     return wrapped @ strides if k else np.zeros(indices.shape[:-1], np.int64), k
+
+
+def _traced_linear_nd_index(indices, shape, k):
+    from .reduce import sum as _sum
+    from .math import add
+    dims = np.asarray(shape[:k], dtype=np.int64)
+    strides = np.cumprod((tuple(shape[1:k]) + (1,))[::-1])[::-1].astype(np.int64)
+    wrapped = where(less(indices, 0), add(indices, dims), indices)
+    return _sum(mul(wrapped, strides), -1)
 
 
 def gather_nd(x, indices):
@@ -163,8 +179,21 @@ def tensor_scatter_add(input_x, indices, updates):
     expected = flat.shape + shape[k:]
     if tuple(updates.shape) != expected:
         raise ShapeError(f"tensor_scatter_add: updates of shape {tuple(updates.shape)} do not fit x of shape "
-                         f"{shape} and indices of shape {np.shape(as_array(indices))} (expected {expected})")
+                         f"{shape} and indices of shape {tuple(indices.shape)} (expected {expected})")
     rows = reshape_to(input_x, (-1,) + shape[k:])
+    return reshape_to(_index_add(rows, flat, updates, axis=0), shape)
+
+
+def scatter_nd(indices, updates, shape):
+    """zeros(shape) with `updates` added at the (..., k) `indices` into its first k axes (repeats
+    accumulate; MindSpore's ScatterNd). updates.shape = indices.shape[:-1] + shape[k:]."""
+    shape = tuple(int(n) for n in shape)
+    flat, k = _linear_nd_index(indices, shape)
+    expected = tuple(flat.shape) + shape[k:]
+    if tuple(updates.shape) != expected:
+        raise ShapeError(f"scatter_nd: updates of shape {tuple(updates.shape)} do not fit shape {shape} and indices "
+                         f"of shape {tuple(indices.shape)} (expected {expected})")
+    rows = np.zeros((int(np.prod(shape[:k], dtype=np.int64)),) + shape[k:], dtype=updates.dtype)
     return reshape_to(_index_add(rows, flat, updates, axis=0), shape)
 
 

@@ -8,7 +8,7 @@ from ..tensor import Tensor
 
 __all__ = [
     "unbroadcast", "sum_to", "broadcast_to", "identity", "stop_gradient", "add", "sub", "mul", "div",
-    "pow", "maximum", "minimum", "floor_div", "mod", "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sign",
+    "pow", "maximum", "minimum", "floor_div", "mod", "fmod", "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sign",
     "square", "sin", "cos", "floor", "round", "less", "less_equal", "greater", "greater_equal", "equal",
     "not_equal", "logical_and", "logical_or", "logical_not", "isfinite", "where", "cast", "matmul",
     "swapaxes", "bmm",
@@ -205,6 +205,12 @@ def floor_div(x, y):
     return np.floor_divide(*_dtype.promote(x, y))
 
 
+@defop("fmod", kind="elementwise", differentiable=False, cpp="std::fmod({0}, {1})")
+def fmod(x, y):
+    """The remainder of x / y rounded toward zero: its sign is x's (MindSpore's Mod, C's fmod)."""
+    return np.fmod(*_dtype.promote(x, y))
+
+
 @defop("mod", kind="elementwise", differentiable=False)
 def mod(x, y):
     return np.mod(*_dtype.promote(x, y))
@@ -338,6 +344,8 @@ def _(ctx, g):
 
 @defop("cast", kind="elementwise", cpp="static_cast<{dtype}>({0})", attrs=("dtype",))
 def cast(x, dtype):
+    if _dtype.is_bfloat16(dtype):
+        return _dtype.to_bfloat16(x)
     return np.asarray(x).astype(dtype, copy=False)
 
 

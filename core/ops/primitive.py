@@ -15,6 +15,7 @@ import inspect
 import numpy as np
 
 from .. import autograd as _autograd
+from .. import dtype as _dtype
 from ..tensor import Tensor
 
 __all__ = ["REGISTRY", "KINDS", "Primitive", "defop", "ShardStrategy", "dispatch", "apply", "get", "as_array"]
@@ -127,7 +128,11 @@ def _run(prim, inputs, attrs):
     tracer = dispatch.tracer
     if tracer is not None:
         return tracer.apply(prim, inputs, attrs)
-    out = prim.impl(*[x._data if isinstance(x, Tensor) else x for x in inputs], **attrs)
+    args = [x._data if isinstance(x, Tensor) else x for x in inputs]
+    out = prim.impl(*args, **attrs)
+    if _dtype._Bfloat16State.used:  # bfloat16 data is float32 rounded on every write
+        _dtype.round_bfloat16_writes((out,) if prim.num_outputs == 1 else out)
+        _dtype.round_bfloat16_writes([args[i] for i in prim.mutates if i < len(args)])
     if prim.num_outputs == 1:
         result = Tensor._wrap(out)
     else:
