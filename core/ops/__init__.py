@@ -13,12 +13,15 @@ from .classes_nn import *  # noqa: F401,F403
 from .classes_extra import *  # noqa: F401,F403
 from .classes import PrimitiveOp  # noqa: F401
 from . import classes, classes_extra, classes_nn, composite, operations
+from . import batching  # noqa: F401  (vmap rules on the primitives)
+from .vectorize import vmap  # noqa: F401
 from ..tensor import Tensor as _Tensor
 from .tensor_methods import bind_tensor_methods as _bind_tensor_methods
 from ..autograd import GradOperation, grad, value_and_grad  # noqa: F401  (MindSpore: ops.grad, ...)
 
 __all__ = (functional.__all__ + classes.__all__ + classes_nn.__all__ + classes_extra.__all__
-           + ["functional", "operations", "composite", "REGISTRY", "Primitive", "ShardStrategy", "apply", "defop", "get",
+           + ["functional", "operations", "composite", "vmap", "REGISTRY", "Primitive", "ShardStrategy", "apply",
+              "defop", "get",
               "GradOperation", "grad", "value_and_grad"])
 
 _bind_tensor_methods(_Tensor)

@@ -33,7 +33,7 @@ class Primitive:
 
     __slots__ = ("name", "impl", "vjp", "kind", "num_outputs", "differentiable",
                  "cpp", "shard_rule", "attr_names", "attr_defaults", "num_inputs", "stateful",
-                 "mutates", "doc")
+                 "mutates", "doc", "batch_rule")
 
     def __init__(self, name, impl, kind="opaque", num_outputs=1, differentiable=True, cpp=None, attrs=(),
                  stateful=False, mutates=()):
@@ -47,6 +47,7 @@ class Primitive:
         self.differentiable = differentiable
         self.cpp = cpp
         self.shard_rule = None
+        self.batch_rule = None  # vmap: rule(args, batched, attrs), see core/ops/vectorize.py
         self.stateful = stateful  # draws random numbers or reads external state: never folded or merged
         self.mutates = tuple(mutates)  # input positions updated in place (optimizer updates, assign)
         self.doc = impl.__doc__
@@ -60,6 +61,13 @@ class Primitive:
     def defvjp(self, rule):
         """Register `rule(ctx, *output_grads) -> input grads` (a tuple, one entry per input)."""
         self.vjp = rule
+        return rule
+
+    def defbatch(self, rule):
+        """Register the vmap batching rule: `rule(args, batched, attrs)` gets the physical inputs
+        (batched ones carry the batch on axis 0, `batched[i]` says which) and returns the output(s)
+        with the batch on axis 0 (see `mstrain.ops.vectorize`)."""
+        self.batch_rule = rule
         return rule
 
     def defshard(self, rule):
