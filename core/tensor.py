@@ -39,6 +39,11 @@ class Tensor:
         if input_data is None:
             if shape is None:
                 raise ValueError("Tensor needs input_data or shape")
+            if any(d is None or d == -1 for d in shape):  # a dynamic-shape placeholder (Cell.set_inputs)
+                from .graph.dynamic import Placeholder
+                self._data = Placeholder(shape, _dtype.as_dtype(dtype) or np.float32)
+                self._node, self._index = None, 0
+                return
             input_data = np.zeros(shape, dtype=_dtype.as_dtype(dtype) or np.float32)
         self._data = _to_array(input_data, dtype)
         self._node = None
