@@ -46,6 +46,11 @@ class Placeholder:
     def __repr__(self):
         return f"<placeholder {self.dtype}{list(self.shape)}>"
 
+    def __array_function__(self, func, types, args, kwargs):
+        if func in (np.array2string, np.array_repr, np.array_str):  # printing a placeholder Tensor
+            return repr(self)
+        return self.__array__()
+
 
 def is_dynamic_signature(signature):
     return signature is not None and any(

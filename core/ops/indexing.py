@@ -11,6 +11,7 @@ from ..errors import ShapeError
 from ..tensor import Tensor
 from ._scatter import scatter_add_rows, scatter_rows_into_zeros
 from .math import cast, div, equal, greater_equal, less, logical_and, maximum, mul, where
+from ._axes import normalize_axis
 from .primitive import as_array, defop
 from .reduce import reshape_to
 from .array import expand_dims
@@ -127,7 +128,7 @@ def scatter_add(input_x, indices, updates, axis=0):
     """
     indices = _index_array(indices, "scatter_add indices")
     shape = tuple(input_x.shape)
-    axis = axis % len(shape)
+    axis = normalize_axis(axis, len(shape), "scatter_add")
     expected = shape[:axis] + indices.shape + shape[axis + 1:]
     if tuple(updates.shape) != expected:
         raise ShapeError(f"scatter_add: updates of shape {tuple(updates.shape)} do not fit x of shape {shape} "
@@ -233,7 +234,7 @@ def take_along_axis(x, indices, axis=-1):
     indices has x's rank; its other axes match x's or are 1 (broadcast)."""
     indices = _index_array(indices, "take_along_axis indices")
     shape = tuple(x.shape)
-    axis_n = axis % len(shape)
+    axis_n = normalize_axis(axis, len(shape), "take_along_axis")
     if indices.ndim != len(shape) or any(i != n and i != 1 for d, (i, n) in enumerate(zip(indices.shape, shape))
                                          if d != axis_n):
         raise ShapeError(f"take_along_axis: indices of shape {indices.shape} do not fit x of shape {shape} "

@@ -65,6 +65,8 @@ class _Batched:
         if func in (np.zeros_like, np.ones_like, np.empty_like, np.full_like):  # per-example constants
             like = np.broadcast_to(np.zeros((), self.dtype), self.shape)
             return func(like, *args[1:], **kwargs)
+        if func in (np.array2string, np.array_repr, np.array_str):  # printing inside vmap
+            return repr(self)
         if func in (np.shape, np.ndim, np.size, np.result_type):
             return func(np.broadcast_to(np.zeros((), self.dtype), self.shape), *args[1:], **kwargs)
         self._refuse(f"numpy.{func.__name__}")
@@ -235,7 +237,8 @@ def vmap(fn, in_axes=0, out_axes=0):
                 from .array import expand_dims
                 value = Tensor(value) if not isinstance(value, Tensor) else value
                 value = broadcast_to(expand_dims(value, 0), (size,) + tuple(value.shape))
-            return _move_axis(value, 0, axis % len(value.shape))
+            from ._axes import normalize_axis
+            return _move_axis(value, 0, normalize_axis(axis, len(value.shape), "vmap out_axes"))
         return _map_structure(leave, out, out_axes)
 
     batched_fn.__name__ = f"vmap({getattr(fn, '__name__', 'fn')})"

@@ -65,6 +65,7 @@ def test_jit_input_signature_with_batch_and_length_dynamic():
 def test_placeholders_and_mismatched_calls():
     placeholder = Tensor(shape=[None, 32], dtype=ms.float16)
     assert placeholder.shape == (None, 32) and placeholder.dtype == np.float16
+    assert "placeholder float16[None, 32]" in repr(placeholder)
     with pytest.raises(DynamicShapeError, match="no values"):
         placeholder.asnumpy()
     fn = ms.jit(lambda x: x * 2, input_signature=(Tensor(shape=[None, 3], dtype=ms.float32),))

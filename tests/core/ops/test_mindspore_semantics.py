@@ -190,3 +190,13 @@ def test_embedding_lookup_out_of_range_ids_give_zero_rows_and_no_gradient():
     np.testing.assert_array_equal(g, np.repeat(2.0 * counts[:, None], 3, axis=1).astype(np.float32))
     compiled = ms.jit(lambda t, i: ops.embedding_lookup(t, i))(Tensor(table), Tensor(ids))
     np.testing.assert_array_equal(compiled.asnumpy(), expected)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: ops.take_along_axis(x, Tensor(np.zeros((1, 2, 3), np.int64)), 3),
+    lambda x: ops.scatter_add(x, np.array([0]), Tensor(np.ones((1, 2, 1))), -4),
+    lambda x: ops.vmap(lambda r: r, out_axes=4)(x),
+])
+def test_more_axes_checked(call):
+    with pytest.raises(ValueError, match="out of range"):
+        call(Tensor(np.ones((1, 2, 3), np.float32)))

@@ -156,5 +156,8 @@ def test_primitive_without_rule_loops_and_warns_once(caplog):
 
 
 def test_reading_batched_values_raises_a_clear_error():
+    shown = []
+    ops.vmap(lambda t: shown.append(repr(t)) or t)(Tensor(np.ones((2, 3))))
+    assert shown == ["Tensor(<batched tensor float64[3] x2>, dtype=float64)"]
     with pytest.raises(ValueError, match="batched tensor"):
         ops.vmap(lambda t: Tensor(t.asnumpy() * 2))(Tensor(np.ones((2, 3))))
