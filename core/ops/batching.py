@@ -98,9 +98,23 @@ for _name in ("stop_gradient", "layer_norm", "layer_norm_normalize", "layer_norm
               "fill_like", "matmul"):
     REGISTRY[_name].defbatch(_direct(REGISTRY[_name]))
 
-for _name in ("sum", "mean", "max", "min", "prod", "reduce_all", "reduce_any", "l2_norm", "argmax", "argmin",
+for _name in ("sum", "mean", "max", "min", "prod", "reduce_all", "reduce_any", "l2_norm",
               "softmax", "log_softmax", "cumsum", "sort", "argsort", "topk", "split"):
     REGISTRY[_name].defbatch(axis_rule(REGISTRY[_name]))
+def _arg_extremum_rule(prim):
+    """argmax/argmin: axis None is a flat index per example (over the example's own elements)."""
+    def rule(args, batched, attrs):
+        (x,) = args
+        if attrs.get("axis") is None:
+            flat = reduce.reshape_to(x, (x.shape[0], -1))
+            out = prim(flat, axis=1, keepdims=False)
+            return reduce.reshape_to(out, (x.shape[0],) + (1,) * (len(x.shape) - 1)) if attrs.get("keepdims") else out
+        return prim(x, **{**attrs, "axis": _shift_axis(attrs["axis"], len(x.shape) - 1)})
+    return rule
+
+
+for _name in ("argmax", "argmin"):
+    REGISTRY[_name].defbatch(_arg_extremum_rule(REGISTRY[_name]))
 for _name in ("softmax_grad", "concat", "take_along_axis"):
     REGISTRY[_name].defbatch(axis_rule(REGISTRY[_name], all_batched=True))
 

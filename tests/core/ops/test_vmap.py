@@ -17,7 +17,9 @@ RNG = np.random.default_rng(0)
 def _per_example_vs_loop(loss, params, xs, ys):
     """vmap(grad(loss wrt params)) over (x, y) pairs against a Python loop of grad per example."""
     grad_fn = ms.grad(loss, grad_position=None, weights=params)
+    vmap_module._warned.clear()
     batched = ops.vmap(grad_fn, in_axes=(0, 0))(xs, ys)
+    assert not vmap_module._warned, f"fell back to the loop for {vmap_module._warned}"
     for i in range(xs.shape[0]):
         single = grad_fn(xs[i], ys[i])
         for b, s in zip(batched, single):
@@ -161,3 +163,53 @@ def test_reading_batched_values_raises_a_clear_error():
     assert shown == ["Tensor(<batched tensor float64[3] x2>, dtype=float64)"]
     with pytest.raises(ValueError, match="batched tensor"):
         ops.vmap(lambda t: Tensor(t.asnumpy() * 2))(Tensor(np.ones((2, 3))))
+
+
+_IDS = np.array([[0, 2, 1], [1, 1, 0], [2, 0, 0], [0, 0, 2]])
+_CASES = {
+    "sum_all": lambda x: ops.sum(x),
+    "mean_axis": lambda x: ops.mean(x, 1, True),
+    "max_tuple": lambda x: ops.max(x, (0, -1)),
+    "argmax_flat": lambda x: ops.argmax(x),
+    "argmin_axis": lambda x: ops.argmin(x, 0),
+    "softmax": lambda x: ops.softmax(x, 0),
+    "cumsum": lambda x: ops.cumsum(x, 1),
+    "sort": lambda x: ops.sort(x, 0)[0],
+    "topk": lambda x: ops.topk(x, 2)[1],
+    "concat_unbatched": lambda x: ops.concat([x, Tensor(np.ones((3, 2)))], 1),
+    "transpose": lambda x: ops.transpose(x, (1, 0)),
+    "reshape": lambda x: ops.reshape(x, (-1,)),
+    "broadcast": lambda x: ops.broadcast_to(ops.sum(x, 0), (5, 4)),
+    "getitem": lambda x: x[1:, np.array([3, 0])],
+    "pad": lambda x: ops.pad(x, ((1, 0), (0, 2)), "REFLECT"),
+    "tile": lambda x: ops.tile(x, (2, 1)),
+    "split": lambda x: ops.split(x, [1, 3], 1)[1],
+    "where": lambda x: ops.where(x > 0, x, Tensor(np.zeros(4))),
+    "einsum": lambda x: ops.einsum("ij,jk->ik", x, Tensor(np.ones((4, 2)))),
+    "layer_norm": lambda x: ops.layer_norm(x, Tensor(np.full(4, 2.0)), None),
+    "take_along": lambda x: ops.take_along_axis(x, Tensor(np.zeros((3, 1), np.int64)), 1),
+    "one_hot_axis0": lambda x: ops.one_hot(ops.argmax(x, 1), 4, 1.0, 0.0, 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CASES))
+def test_batching_rules_equal_the_loop(name):
+    fn = _CASES[name]
+    xs = RNG.standard_normal((4, 3, 4))
+    vmap_module._warned.clear()
+    got = ops.vmap(fn)(Tensor(xs)).asnumpy()
+    assert not vmap_module._warned, f"fell back to the loop for {vmap_module._warned}"
+    np.testing.assert_allclose(got, np.stack([fn(Tensor(x)).asnumpy() for x in xs]), rtol=1e-6)
+
+
+def test_index_batched_gather_and_segment_sum_equal_the_loop():
+    table = Tensor(RNG.standard_normal((3, 2)))
+    rows = Tensor(RNG.standard_normal((4, 3, 2)))
+    got = ops.vmap(lambda i: ops.gather(table, i, 0))(Tensor(_IDS)).asnumpy()
+    np.testing.assert_allclose(got, table.asnumpy()[_IDS])
+    seg = ops.vmap(lambda r, i: ops.unsorted_segment_sum(r, i, 3))(rows, Tensor(_IDS)).asnumpy()
+    np.testing.assert_allclose(seg, np.stack([ops.unsorted_segment_sum(rows[b], _IDS[b], 3).asnumpy()
+                                              for b in range(4)]))
+    g = ops.vmap(ms.grad(lambda t, i: ops.sum(ops.gather(t, i, 0) ** 2)), in_axes=(None, 0))(table, Tensor(_IDS))
+    np.testing.assert_allclose(g.asnumpy(), np.stack([ms.grad(lambda t: ops.sum(ops.gather(t, Tensor(i), 0) ** 2))(
+        table).asnumpy() for i in _IDS]))
