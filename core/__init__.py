@@ -42,7 +42,8 @@ __all__ = [
     # tensors, ops, autodiff
     "Tensor", "Parameter", "dtype", "ops", "grad", "value_and_grad", "GradOperation", "no_grad",
     "set_seed", "get_seed", "fileio",
-    "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bfloat16", "bool_",
+    "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "bfloat16", "bool_",
     # graph mode
     "GRAPH_MODE", "PYNATIVE_MODE", "set_context", "get_context", "jit", "mutable", "jit_compile_count",
     # networks, data, training

@@ -53,7 +53,8 @@ def squeeze(x, axis=None):
     if axis is None:
         new = tuple(n for n in shape if n != 1)
     else:
-        axes = {normalize_axis(a, len(shape), "squeeze") for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+        axes = {normalize_axis(a, len(shape), "squeeze")
+                for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
         for a in axes:
             if shape[a] != 1:
                 raise ValueError(f"squeeze: axis {a} has size {shape[a]}, not 1 (shape {shape})")

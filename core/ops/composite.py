@@ -6,4 +6,5 @@ from .losses import clip_by_value  # noqa: F401
 from .numeric import clip_by_global_norm  # noqa: F401
 from .vectorize import vmap  # noqa: F401
 
-__all__ = ["GradOperation", "grad", "value_and_grad", "normal", "uniform", "clip_by_value", "clip_by_global_norm", "vmap"]
+__all__ = ["GradOperation", "grad", "value_and_grad", "normal", "uniform", "clip_by_value", "clip_by_global_norm",
+           "vmap"]

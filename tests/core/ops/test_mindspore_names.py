@@ -107,7 +107,8 @@ def test_adam_use_lazy_updates_only_touched_rows_as_lazy_adam():
     grad = np.zeros_like(table)
     grad[[1, 3]] = 0.5
     results = []
-    for make in (lambda p: nn.Adam([p], learning_rate=0.1, use_lazy=True), lambda p: nn.LazyAdam([p], learning_rate=0.1)):
+    for make in (lambda p: nn.Adam([p], learning_rate=0.1, use_lazy=True),
+                 lambda p: nn.LazyAdam([p], learning_rate=0.1)):
         param = ms.Parameter(Tensor(table.copy()), name="table")
         opt = make(param)
         for _ in range(2):
