@@ -122,7 +122,14 @@ def div(x, y, rounding_mode=None):
     raise ValueError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
 
 
-@defop("div", kind="elementwise", cpp="({0} / {1})")
+# Integer division in a generated kernel: rounds toward zero like the impl, and a zero divisor
+# saturates instead of trapping (C++ integer division by zero is undefined and kills the process).
+_DIV_CPP = ("([](auto a, auto b) {{ if constexpr (std::numeric_limits<decltype(b)>::is_integer) {{ "
+            "using T = decltype(a); return b == 0 ? (a > 0 ? std::numeric_limits<T>::max() : "
+            "(a < 0 ? std::numeric_limits<T>::min() : T(0))) : T(a / b); }} else {{ return a / b; }} }}({0}, {1}))")
+
+
+@defop("div", kind="elementwise", cpp=_DIV_CPP)
 def true_div(x, y):
     """x / y. Integer (and bool) operands divide in their promoted integer dtype, rounding toward
     zero as MindSpore's Div does: 7 / 2 is 3, -7 / 2 is -3; n / 0 gives the dtype's max (n > 0),

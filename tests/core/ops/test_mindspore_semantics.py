@@ -200,3 +200,12 @@ def test_embedding_lookup_out_of_range_ids_give_zero_rows_and_no_gradient():
 def test_more_axes_checked(call):
     with pytest.raises(ValueError, match="out of range"):
         call(Tensor(np.ones((1, 2, 3), np.float32)))
+
+
+def test_compiled_integer_division_by_zero_saturates_like_eager():
+    fn = ms.jit(lambda a, b: a / b * 1)
+    a, b = Tensor(np.array([7, -7, 0, 9], np.int16)), Tensor(np.array([2, 0, 0, -2], np.int16))
+    for _ in range(2):  # the trace, then the generated kernel
+        out = fn(a, b)
+        assert out.dtype == np.int16
+        np.testing.assert_array_equal(out.asnumpy(), [3, np.iinfo(np.int16).min, 0, -4])
