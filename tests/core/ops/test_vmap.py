@@ -111,6 +111,7 @@ def test_in_axes_out_axes_and_unbatched_outputs():
 
 
 def test_nested_vmap_is_an_outer_product():
+    assert ms.vmap is ops.vmap
     a, b = RNG.standard_normal(3), RNG.standard_normal(4)
     out = ops.vmap(lambda u: ops.vmap(lambda v: u * v + ops.exp(u))(Tensor(b)))(Tensor(a))
     np.testing.assert_allclose(out.asnumpy(), a[:, None] * b[None, :] + np.exp(a)[:, None])
