@@ -8,10 +8,12 @@ from . import _threads  # noqa: F401  (thread defaults: must run before numpy lo
 # ---- tensors, ops, autodiff ---------------------------------------------------------------------
 from . import dtype
 from .dtype import (  # noqa: F401
-    bool_, double, float16, float32, float64, float_, half, int8, int16, int32, int64, uint8,
+    bfloat16, bool_, double, float16, float32, float64, float_, half, int8, int16, int32, int64, uint8, uint16,
+    uint32, uint64,
 )
 from .tensor import Parameter, Tensor
 from .autograd import GradOperation, grad, no_grad, value_and_grad
+from .ops.vectorize import vmap
 from . import ops
 from .random import get_seed, set_seed
 from . import fileio  # atomic writes, shared by every room that writes files
@@ -46,9 +48,10 @@ from .parallel import get_auto_parallel_context, reset_auto_parallel_context, se
 
 __all__ = [
     # tensors, ops, autodiff
-    "Tensor", "Parameter", "dtype", "ops", "grad", "value_and_grad", "GradOperation", "no_grad",
+    "Tensor", "Parameter", "dtype", "ops", "grad", "value_and_grad", "GradOperation", "no_grad", "vmap",
     "set_seed", "get_seed", "fileio",
-    "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool_",
+    "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "bfloat16", "bool_",
     # graph mode
     "GRAPH_MODE", "PYNATIVE_MODE", "set_context", "get_context", "jit", "mutable", "jit_compile_count",
     "context", "ParallelMode", "ms_function",

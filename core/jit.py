@@ -27,6 +27,7 @@ import numpy as np
 
 from . import autograd as _autograd
 from .context import STATE as _CONTEXT
+from .graph import dynamic as _dynamic
 from .graph.compiler import compile_graph
 from .graph.executor import ResidentChanged
 from .graph.trace import Tracer, active_tracer, tracing
@@ -172,6 +173,7 @@ class JitFunction:
         self.phase = phase  # extra key part read at each call (a Cell's training flag)
         self.compile_count = 0
         self._cache = {}
+        self._dynamic = None  # the shape-symbolic graph when input_signature has None dims
         functools.update_wrapper(self, fn, updated=())
 
     def __get__(self, instance, owner=None):
@@ -205,6 +207,8 @@ class JitFunction:
             return self.fn(*args, **kwargs)  # inline: part of an outer trace, or differentiated eagerly
         if self.input_signature is not None:
             self._check_signature(args, kwargs)
+            if _dynamic.is_dynamic_signature(self.input_signature):
+                return self._call_dynamic(args)
         leaves, keep = [], []
         key = (_flatten(args, leaves, keep), _flatten(kwargs, leaves, keep),
                self.phase() if self.phase else None)
@@ -216,6 +220,21 @@ class JitFunction:
             except ResidentChanged:
                 del self._cache[key]
         return self._compile(key, args, kwargs, keep)
+
+    def _call_dynamic(self, args):
+        """One shape-symbolic graph for every size of the None dims (graph/dynamic.py)."""
+        phase = self.phase() if self.phase else None
+        if self._dynamic is None or self._dynamic[0] != phase:
+            graph = _dynamic.DynamicGraph(self.fn, self.input_signature, self.name)
+            start = time.perf_counter()
+            out = graph.compile(args)
+            self._dynamic = (phase, graph)
+            self.compile_count += 1
+            _compiles[0] += 1
+            _log.info("jit: compiled %s for dynamic shapes (#%d of this function): %d nodes, %.1f ms", self.name,
+                      self.compile_count, len(graph.nodes), (time.perf_counter() - start) * 1e3)
+            return out
+        return self._dynamic[1].run(args)
 
     def compile_without_running(self, *args, **kwargs):
         """Trace and compile for these arguments, leaving no effect of the traced call: the state
@@ -299,7 +318,8 @@ _cell_functions = weakref.WeakKeyDictionary()
 
 
 def run_cell(cell, args, kwargs):
-    """`Cell.__call__` in GRAPH_MODE: the Cell's call, compiled once per signature and phase.
+    """`Cell.__call__` in GRAPH_MODE: the Cell's call, compiled once per signature and phase (or once
+    for all sizes of the None dims declared by `Cell.set_inputs`).
 
     A Cell holding a Cell with `_graph_mode_eager` set (True or the reason: one that takes host
     decisions on tensor values at every call, e.g. a loss-scaled step whose update cell or optimizer
@@ -317,10 +337,15 @@ def run_cell(cell, args, kwargs):
 
         def call(*a, **k):
             return type(cell_ref()).__call__(cell_ref(), *a, **k)
-        function = JitFunction(call, name=type(cell).__name__,
+        function = JitFunction(call, input_signature=getattr(cell, "_dynamic_inputs", None), name=type(cell).__name__,
                                phase=lambda: bool(getattr(cell_ref(), "training", False)))
         _cell_functions[cell] = function
     return function(*args, **kwargs)
+
+
+def forget_cell(cell):
+    """Drop the graphs GRAPH_MODE compiled for `cell` (its declared inputs changed)."""
+    _cell_functions.pop(cell, None)
 
 
 _eager_cells = weakref.WeakKeyDictionary()

@@ -17,6 +17,8 @@ def _to_array(data, dtype):
             array = array.astype(np.float32)  # Python floats become float32, as in MindSpore
     if dtype is not None:
         dtype = _dtype.as_dtype(dtype)
+        if _dtype.is_bfloat16(dtype):
+            return _dtype.to_bfloat16(array)
         if array.dtype != dtype:
             array = array.astype(dtype)
     return array
@@ -37,6 +39,11 @@ class Tensor:
         if input_data is None:
             if shape is None:
                 raise ValueError("Tensor needs input_data or shape")
+            if any(d is None or d == -1 for d in shape):  # a dynamic-shape placeholder (Cell.set_inputs)
+                from .graph.dynamic import Placeholder
+                self._data = Placeholder(shape, _dtype.as_dtype(dtype) or np.float32)
+                self._node, self._index = None, 0
+                return
             if init is not None:  # MindSpore fills on first use; filling now gives the same values
                 from .common.initializer import initializer
                 input_data = initializer(init, shape, _dtype.as_dtype(dtype) or np.float32)._data
@@ -193,6 +200,7 @@ class Tensor:
     def assign_value(self, value):
         """Replace the contents in place (shape and dtype kept)."""
         np.copyto(self._data, value._data if isinstance(value, Tensor) else value, casting="same_kind")
+        _dtype.round_bfloat16_writes((self._data,))
         return self
 
 
@@ -229,6 +237,7 @@ class Parameter(Tensor):
         """Replace the value (the shape may change, e.g. when loading a resharded checkpoint)."""
         array = _to_array(data, None)
         self._data = np.array(array, dtype=self._data.dtype, order="C", copy=True)
+        _dtype.round_bfloat16_writes((self._data,))
         return self
 
     def clone(self, name=None):

@@ -1,9 +1,8 @@
-"""MindSpore's `mindspore.common`: initializers (`mstrain.common.initializer`), `ParameterTuple`,
-`dtype` (`from mstrain.common import dtype as mstype`), `mutable`, `Tensor` and `Parameter`."""
-from . import initializer
+"""MindSpore's `mindspore.common`: dtypes (`mstrain.common.dtype as mstype`), initializers
+(`mstrain.common.initializer`), `ParameterTuple`, `mutable`, `Tensor` and `Parameter`."""
+from . import dtype, initializer
 from .parameter import ParameterTuple
-from .. import dtype
 from ..jit import mutable
 from ..tensor import Parameter, Tensor
 
-__all__ = ["initializer", "ParameterTuple", "dtype", "mutable", "Tensor", "Parameter"]
+__all__ = ["dtype", "initializer", "ParameterTuple", "mutable", "Tensor", "Parameter"]

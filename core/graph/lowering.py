@@ -12,11 +12,21 @@ import numpy as np
 
 
 def _ufunc(ufunc):
-    return lambda node, ins, out: partial(ufunc, *ins, out)  # out positional: no kwargs dict per call
+    def build(node, ins, out):
+        if out.dtype != np.bool_ and any(isinstance(i, np.ndarray) and i.dtype != out.dtype for i in ins):
+            return None  # mixed dtypes: the impl applies the type promotion (and integer division) rules
+        return partial(ufunc, *ins, out)  # out positional: no kwargs dict per call
+    return build
 
 
 def _keyword_out(ufunc):
     return lambda node, ins, out: partial(ufunc, *ins, out=out)  # positional out is deprecated for these
+
+
+def _float_divide(node, ins, out):
+    if out.dtype.kind != "f":
+        return None  # integer division truncates in the impl
+    return _ufunc(np.true_divide)(node, ins, out)
 
 
 def _sequence(*steps):
@@ -130,12 +140,11 @@ def _segment_sum(node, ins, out):
     x, ids = ins
     if not isinstance(x, np.ndarray) or not isinstance(ids, np.ndarray):
         return None
-    from ..ops._scatter import scatter_add_rows
-    from ..ops.indexing import _check_segments
+    from ..ops.indexing import _check_segments, scatter_segment_rows
     flat = ids.reshape(-1)
     rows = x.reshape((flat.size,) + x.shape[ids.ndim:])
     num_segments = node.attrs["num_segments"]
-    add = partial(scatter_add_rows, out, flat, rows)
+    add = partial(scatter_segment_rows, out, flat, rows)
     if node.inputs[1].op == "const":  # checked by the eager run at trace time
         return add
     return _sequence(partial(_check_segments, flat, num_segments), add)
@@ -158,7 +167,7 @@ def _concat(node, ins, out):
 
 OUT_KERNELS = {
     "add": _ufunc(np.add), "sub": _ufunc(np.subtract), "mul": _ufunc(np.multiply),
-    "div": _ufunc(np.true_divide), "pow": _ufunc(np.power), "maximum": _keyword_out(np.maximum),
+    "div": _float_divide, "pow": _ufunc(np.power), "maximum": _keyword_out(np.maximum),
     "minimum": _keyword_out(np.minimum), "neg": _ufunc(np.negative), "exp": _ufunc(np.exp),
     "log": _ufunc(np.log), "sqrt": _ufunc(np.sqrt), "abs": _ufunc(np.absolute),
     "square": _ufunc(np.square), "sin": _ufunc(np.sin), "cos": _ufunc(np.cos),

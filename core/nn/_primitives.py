@@ -9,6 +9,7 @@ computes g.T @ x as one op too). The VJPs are written in ops, so higher-order gr
 import numpy as np
 
 from ..ops import functional as F
+from ..ops.batching import logical_rule
 from ..ops.primitive import defop
 
 
@@ -52,3 +53,9 @@ def _(ctx, w):
     g, x = ctx.inputs  # out = g.T @ x, so d/dg = x @ w.T and d/dx = g @ w
     return (dense_no_bias(x, w) if ctx.needs[0] else None,
             F.matmul(g, w) if ctx.needs[1] else None)
+
+
+# vmap: each is re-expressed with matmul per example (batched by matmul's rule)
+dense.defbatch(logical_rule(lambda x, w, b: F.add(F.matmul(x, F.swapaxes(w, -1, -2)), b)))
+dense_no_bias.defbatch(logical_rule(lambda x, w: F.matmul(x, F.swapaxes(w, -1, -2))))
+dense_weight_grad.defbatch(logical_rule(lambda g, x: F.matmul(F.swapaxes(g, -1, -2), x)))

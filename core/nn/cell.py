@@ -228,6 +228,24 @@ class Cell:
             object.__setattr__(cell, "training", bool(mode))
         return self
 
+    def set_inputs(self, *inputs):
+        """Declare the inputs of this Cell's GRAPH_MODE calls (MindSpore's dynamic shapes): Tensors or
+        placeholders such as `Tensor(shape=[None, 32], dtype=ms.float32)`. One compiled graph then
+        serves every size of the None dims (see mstrain.graph.dynamic); other calls raise naming the
+        input that does not fit."""
+        for k, x in enumerate(inputs):
+            if not isinstance(x, Tensor):
+                raise TypeError(f"set_inputs: input {k} must be a Tensor or a Tensor(shape=..., dtype=...) "
+                                f"placeholder, got {type(x).__name__}")
+        object.__setattr__(self, "_dynamic_inputs", tuple(inputs))
+        from ..jit import forget_cell
+        forget_cell(self)  # a graph compiled before was for fixed shapes
+        return self
+
+    def get_inputs(self):
+        """The inputs declared by `set_inputs` (None when none were)."""
+        return getattr(self, "_dynamic_inputs", None)
+
     def set_grad(self, requires_grad=True):
         """MindSpore's flag that the Cell will be differentiated (gradients here are taken on demand)."""
         object.__setattr__(self, "requires_grad", requires_grad)

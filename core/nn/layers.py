@@ -1,4 +1,4 @@
-"""Basic layers: Dense, Embedding, LayerNorm, Dropout (MindSpore signatures and defaults)."""
+"""Basic layers: Dense, Embedding, LayerNorm, Dropout, OneHot, Pad (MindSpore signatures and defaults)."""
 import math
 
 import numpy as np
@@ -12,7 +12,7 @@ from ._primitives import dense, dense_no_bias
 from .activation import get_activation
 from .cell import Cell
 
-__all__ = ["Dense", "Embedding", "LayerNorm", "Dropout"]
+__all__ = ["Dense", "Embedding", "LayerNorm", "Dropout", "OneHot", "Pad"]
 
 
 class Dense(Cell):
@@ -168,3 +168,42 @@ class Dropout(Cell):
 
     def extend_repr(self):
         return f"p={self.p}"
+
+
+class OneHot(Cell):
+    """MindSpore's nn.OneHot: indices -> one-hot vectors of length `depth` inserted at `axis`,
+    `on_value` at each index and `off_value` elsewhere, in `dtype`. An index outside [0, depth)
+    gives an all-`off_value` vector."""
+
+    def __init__(self, axis=-1, depth=1, on_value=1.0, off_value=0.0, dtype=_dtype.float32):
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"OneHot: depth must be >= 1, got {depth}")
+        self.axis, self.depth = int(axis), int(depth)
+        self.on_value, self.off_value = float(on_value), float(off_value)
+        self.dtype = _dtype.as_dtype(dtype)
+
+    def construct(self, indices):
+        out = F.one_hot(indices, self.depth, self.on_value, self.off_value, self.axis)
+        return out if out.dtype == self.dtype else F.cast(out, self.dtype)
+
+    def extend_repr(self):
+        return f"axis={self.axis}, depth={self.depth}, on_value={self.on_value}, off_value={self.off_value}"
+
+
+class Pad(Cell):
+    """MindSpore's nn.Pad: pad each axis by paddings[d] = (before, after) in `mode` CONSTANT
+    (zeros), REFLECT (mirror without the edge) or SYMMETRIC (mirror with the edge)."""
+
+    def __init__(self, paddings, mode="CONSTANT"):
+        super().__init__()
+        self.paddings = tuple(tuple(int(v) for v in p) for p in paddings)
+        self.mode = str(mode).upper()
+        if self.mode not in ("CONSTANT", "REFLECT", "SYMMETRIC"):
+            raise ValueError(f"Pad: mode must be CONSTANT, REFLECT or SYMMETRIC, got {mode!r}")
+
+    def construct(self, x):
+        return F.pad(x, self.paddings, self.mode)
+
+    def extend_repr(self):
+        return f"paddings={self.paddings}, mode={self.mode}"

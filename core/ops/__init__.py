@@ -3,18 +3,27 @@
     from mstrain import ops
     ops.relu(x); ops.softmax(x, -1)                   # functional (also `mstrain.ops.functional`)
     ops.MatMul(transpose_b=True).shard(((2, 1), (1, 1)))(x, w)   # MindSpore class style
+    from mstrain.ops import operations as P, composite as C, functional as F   # MindSpore's paths
 """
 from . import functional
 from .functional import *  # noqa: F401,F403
 from .primitive import REGISTRY, Primitive, ShardStrategy, apply, defop, get  # noqa: F401
 from .classes import *  # noqa: F401,F403
 from .classes_nn import *  # noqa: F401,F403
+from .classes_extra import *  # noqa: F401,F403
 from .classes import PrimitiveOp  # noqa: F401
-from . import classes, classes_nn
+from . import classes, classes_extra, classes_nn, composite, operations
+from . import batching  # noqa: F401  (vmap rules on the primitives)
+from .vectorize import vmap  # noqa: F401
+from ..tensor import Tensor as _Tensor
+from .tensor_methods import bind_tensor_methods as _bind_tensor_methods
 from .custom import Custom, CustomOpError  # noqa: F401
 from .hybrid import HybridSyntaxError  # noqa: F401
 from ..autograd import GradOperation, grad, value_and_grad  # noqa: F401  (MindSpore: ops.grad, ...)
 
-__all__ = (functional.__all__ + classes.__all__ + classes_nn.__all__
-           + ["functional", "REGISTRY", "Primitive", "ShardStrategy", "apply", "defop", "get",
+__all__ = (functional.__all__ + classes.__all__ + classes_nn.__all__ + classes_extra.__all__
+           + ["functional", "operations", "composite", "vmap", "REGISTRY", "Primitive", "ShardStrategy", "apply",
+              "defop", "get",
               "GradOperation", "grad", "value_and_grad"])
+
+_bind_tensor_methods(_Tensor)

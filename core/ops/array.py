@@ -3,6 +3,7 @@ import builtins
 
 import numpy as np
 
+from ._axes import normalize_axis
 from ._scatter import add_at_index
 from .primitive import defop
 from .math import add
@@ -42,8 +43,7 @@ def permute(x, *axes):
 def expand_dims(x, axis):
     """x with a new axis of size 1 inserted at `axis` (negative counts from the end)."""
     shape = list(x.shape)
-    axis = axis % (len(shape) + 1) if axis < 0 else axis
-    shape.insert(axis, 1)
+    shape.insert(normalize_axis(axis, len(shape), "expand_dims", extra=1), 1)
     return reshape_to(x, tuple(shape))
 
 
@@ -53,7 +53,8 @@ def squeeze(x, axis=None):
     if axis is None:
         new = tuple(n for n in shape if n != 1)
     else:
-        axes = {a % len(shape) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+        axes = {normalize_axis(a, len(shape), "squeeze")
+                for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
         for a in axes:
             if shape[a] != 1:
                 raise ValueError(f"squeeze: axis {a} has size {shape[a]}, not 1 (shape {shape})")

@@ -6,6 +6,7 @@ import builtins
 
 from .. import dtype as _dtype
 from . import functional as F
+from ._axes import normalize_axis, resolve_broadcast_shape
 from .classes import PrimitiveOp, _single_axis
 
 
@@ -71,9 +72,7 @@ class BroadcastTo(PrimitiveOp):
         self.shape = tuple(shape)
 
     def construct(self, x):
-        lead = len(self.shape) - x.ndim
-        shape = tuple(x.shape[i - lead] if n == -1 else n for i, n in enumerate(self.shape))
-        return self._main(F.broadcast_to, x, shape)
+        return self._main(F.broadcast_to, x, resolve_broadcast_shape(x.shape, self.shape, "BroadcastTo"))
 
 
 class StridedSlice(PrimitiveOp):
@@ -131,11 +130,12 @@ class Dropout(PrimitiveOp):
         if not 0 < keep_prob <= 1:
             raise ValueError(f"Dropout: keep_prob must be in (0, 1], got {keep_prob}")
         self.keep_prob = keep_prob
+        self.seed = None if (Seed0, Seed1) == (0, 0) else (int(Seed0), int(Seed1))
 
     def construct(self, x):
         if self.keep_prob == 1:
             return x, F.ones_like(x)
-        mask = F.bernoulli_mask(x, self.keep_prob)
+        mask = F.bernoulli_mask(x, self.keep_prob, self.seed)
         return self._main(F.mul, x, mask), mask
 
     def _primitive_strategy(self, in_strategy):
@@ -145,7 +145,8 @@ class Dropout(PrimitiveOp):
 class LayerNorm(PrimitiveOp):
     """LayerNorm(begin_norm_axis, begin_params_axis, epsilon)(x, gamma, beta) -> (y, mean, variance).
 
-    Normalises over the axes from begin_norm_axis on; gamma/beta have the shape of those axes.
+    Normalises over the axes from begin_norm_axis on; gamma/beta have the shape of the axes from
+    begin_params_axis on (MindSpore's rule) and scale and shift by broadcasting.
     """
     num_inputs = 3
 
@@ -153,19 +154,26 @@ class LayerNorm(PrimitiveOp):
         super().__init__()
         self.begin_norm_axis, self.begin_params_axis, self.epsilon = begin_norm_axis, begin_params_axis, epsilon
 
-    def _split_axis(self, x):
-        axis = self.begin_norm_axis % x.ndim
-        if self.begin_params_axis % x.ndim != axis:
-            raise ValueError(f"LayerNorm: begin_params_axis ({self.begin_params_axis}) must equal begin_norm_axis "
-                             f"({self.begin_norm_axis}) for input rank {x.ndim}")
-        return axis
+    def _axes(self, x):
+        norm_axis = normalize_axis(self.begin_norm_axis, x.ndim, "LayerNorm begin_norm_axis")
+        params_axis = normalize_axis(self.begin_params_axis, x.ndim, "LayerNorm begin_params_axis")
+        for name, param in (("gamma", self._gamma_shape), ("beta", self._beta_shape)):
+            if param is not None and tuple(param) != tuple(x.shape[params_axis:]):
+                raise ValueError(f"LayerNorm: {name} of shape {tuple(param)} must have x's shape from "
+                                 f"begin_params_axis={self.begin_params_axis} on: {tuple(x.shape[params_axis:])}")
+        return norm_axis, params_axis
 
     def construct(self, x, gamma, beta):
-        axis = self._split_axis(x)
+        self._gamma_shape, self._beta_shape = gamma.shape, beta.shape
+        axis, params_axis = self._axes(x)
         self._axis, self._rank = axis, x.ndim
         axes = tuple(range(axis, x.ndim))
         mean = F.mean(x, axes, True)
         variance = F.var(x, axes, keepdims=True)
+        if params_axis != axis:  # standardise, then scale and shift over other axes by broadcasting
+            flat = F.reshape(x, x.shape[:axis] + (-1,))
+            y = F.reshape(F.layer_norm(flat, None, None, self.epsilon), x.shape)
+            return F.add(F.mul(y, gamma), beta), mean, variance
         if axis == x.ndim - 1:
             return self._main(F.layer_norm, x, gamma, beta, self.epsilon), mean, variance
         shape = x.shape
@@ -237,7 +245,7 @@ class TopK(PrimitiveOp):
         self.sorted = sorted
 
     def construct(self, x, k):
-        return self._main(F.topk, x, k)
+        return self._main(F.topk, x, k, sorted=self.sorted)
 
 
 class Sort(PrimitiveOp):

@@ -2,10 +2,12 @@
 from .math import (  # noqa: F401
     abs, add, bmm, broadcast_to, cast, cos, div, equal, exp, floor, floor_div, greater,
     greater_equal, identity, isfinite, less, less_equal, log, logical_and, logical_not, logical_or,
-    matmul, maximum, minimum, mod, mul, neg, not_equal, pow, round, rsqrt, sign, sin, sqrt, square,
+    fmod, matmul, maximum, minimum, mod, mul, neg, not_equal, pow, round, rsqrt, sign, sin, sqrt, square,
     stop_gradient, sub, sum_to, swapaxes, unbroadcast, where,
 )
-from .reduce import argmax, argmin, logsumexp, max, mean, min, prod, reshape_to, sum  # noqa: F401
+from .reduce import (  # noqa: F401
+    argmax, argmin, logsumexp, max, mean, min, prod, reduce_all, reduce_any, reshape_to, sum,
+)
 from .array import (  # noqa: F401
     add_n, cat, chunk, concat, expand_dims, flatten, getitem, permute, reshape, slice, split,
     squeeze, stack, tile, transpose,
@@ -14,10 +16,10 @@ from .nn_ops import (  # noqa: F401
     bernoulli_mask, dropout, elu, erf, gelu, layer_norm, leaky_relu, log_softmax, relu, sigmoid, silu,
     softmax, softplus, tanh,
 )
-from .losses import binary_cross_entropy_with_logits, clip_by_value, softmax_cross_entropy  # noqa: F401
+from .losses import binary_cross_entropy_with_logits, clip_by_value, l2_loss, softmax_cross_entropy  # noqa: F401
 from .indexing import (  # noqa: F401
     argsort, cumsum, embedding_lookup, gather, gather_elements, gather_nd, index_select, one_hot,
-    repeat_interleave, scatter_add, segment_count, sort, take_along_axis, tensor_scatter_add, topk,
+    repeat_interleave, scatter_add, scatter_nd, segment_count, sort, take_along_axis, tensor_scatter_add, topk,
     unsorted_segment_max, unsorted_segment_mean, unsorted_segment_min, unsorted_segment_sum,
 )
 from .creation import (  # noqa: F401
@@ -30,6 +32,14 @@ from .conv_functional import (  # noqa: F401
 from .numeric import (  # noqa: F401
     clip_by_global_norm, einsum, expm1, global_norm, log1p, log_sigmoid, masked_fill, norm, outer,
     reciprocal, std, var,
+)
+from .padding import pad  # noqa: F401
+from .optim_ops import (  # noqa: F401
+    apply_adagrad, apply_adam_with_powers, apply_centered_rms_prop, apply_ftrl, apply_rms_prop,
+)
+from .aliases import (  # noqa: F401
+    bias_add, divide, eq, ge, gt, le, lt, multiply, ne, negative, real_div, select, subtract, tensor_add,
+    tensor_div, tensor_mul, tensor_sub, top_k, true_divide,
 )
 
 __all__ = sorted(name for name in dir() if not name.startswith("_"))

@@ -10,13 +10,15 @@ from .. import dtype as _dtype
 from ..errors import ShapeError
 from ..tensor import Tensor
 from ._scatter import scatter_add_rows, scatter_rows_into_zeros
-from .math import cast, div, equal, maximum, mul
+from .math import cast, div, equal, greater_equal, less, logical_and, maximum, mul, where
+from ._axes import normalize_axis
 from .primitive import as_array, defop
 from .reduce import reshape_to
+from .array import expand_dims
 
 __all__ = [
     "gather_backward", "gather", "index_select", "embedding_lookup", "repeat_interleave", "scatter_add",
-    "gather_nd", "tensor_scatter_add", "take_along_axis_backward", "take_along_axis", "gather_elements",
+    "gather_nd", "tensor_scatter_add", "scatter_nd", "take_along_axis_backward", "take_along_axis", "gather_elements",
     "one_hot", "unsorted_segment_sum", "unsorted_segment_max", "unsorted_segment_min",
     "unsorted_segment_mean", "segment_count", "topk", "sort", "argsort", "cumsum",
 ]
@@ -73,10 +75,27 @@ def index_select(x, axis, index):
     return _gather(x, index, axis=axis)
 
 
+def _concrete(index):
+    """The ndarray behind an index, or None while it is a traced graph value."""
+    data = index._data if isinstance(index, Tensor) else index
+    return data if isinstance(data, np.ndarray) else None
+
+
 def embedding_lookup(table, ids):
-    """table[ids]: (V, D) table, any-shaped int ids -> ids.shape + (D,). The gradient is a
-    scatter-add of the output gradient's rows into a zero table."""
-    return _gather(table, _index_array(ids, "embedding ids"), axis=0)
+    """table[ids]: (V, D) table, any-shaped int ids -> ids.shape + (D,).
+
+    Out-of-vocabulary rule (MindSpore's EmbeddingLookup): an id outside [0, V) — negative ids
+    included, they do not wrap — looks up a row of zeros, and its gradient row is dropped (nothing
+    is added to any table row for it). The gradient is a scatter-add of the output gradient's rows
+    into a zero table."""
+    ids = _index_array(ids, "embedding ids")
+    vocab = table.shape[0]
+    concrete = _concrete(ids)
+    if concrete is not None and (not concrete.size or (concrete.min() >= 0 and concrete.max() < vocab)):
+        return _gather(table, ids, axis=0)
+    inside = logical_and(greater_equal(ids, 0), less(ids, vocab))
+    rows = _gather(table, where(inside, ids, 0), axis=0)
+    return mul(rows, cast(expand_dims(inside, -1), table.dtype))
 
 
 def repeat_interleave(x, repeats, axis=None):
@@ -109,7 +128,7 @@ def scatter_add(input_x, indices, updates, axis=0):
     """
     indices = _index_array(indices, "scatter_add indices")
     shape = tuple(input_x.shape)
-    axis = axis % len(shape)
+    axis = normalize_axis(axis, len(shape), "scatter_add")
     expected = shape[:axis] + indices.shape + shape[axis + 1:]
     if tuple(updates.shape) != expected:
         raise ShapeError(f"scatter_add: updates of shape {tuple(updates.shape)} do not fit x of shape {shape} "
@@ -118,17 +137,33 @@ def scatter_add(input_x, indices, updates, axis=0):
 
 
 def _linear_nd_index(indices, shape):
-    """(..., k) indices into the first k axes of `shape` -> flat row numbers (negatives wrapped)."""
-    indices = as_array(_index_array(indices, "nd indices"))  # flattened on the host: a constant index
+    """(..., k) indices into the first k axes of `shape` -> flat row numbers (negatives wrapped).
+
+    A concrete index is flattened on the host and checked; a traced one (a graph input) is
+    flattened by ops in the graph, and the gather or scatter using it checks the range."""
+    indices = _index_array(indices, "nd indices")
     k = indices.shape[-1]
     if k > len(shape):
         raise ShapeError(f"nd indices address {k} axes but the tensor has shape {tuple(shape)}")
+    concrete = _concrete(indices)
+    if concrete is None:
+        return _traced_linear_nd_index(indices, shape, k), k
+    indices = concrete
     dims = np.asarray(shape[:k])
     wrapped = np.where(indices < 0, indices + dims, indices)
     if wrapped.size and (np.any(wrapped < 0) or np.any(wrapped >= dims)):
         raise IndexError(f"nd indices out of bounds for shape {tuple(shape[:k])}")
     strides = np.cumprod((tuple(shape[1:k]) + (1,))[::-1])[::-1]
     return wrapped @ strides if k else np.zeros(indices.shape[:-1], np.int64), k
+
+
+def _traced_linear_nd_index(indices, shape, k):
+    from .reduce import sum as _sum
+    from .math import add
+    dims = np.asarray(shape[:k], dtype=np.int64)
+    strides = np.cumprod((tuple(shape[1:k]) + (1,))[::-1])[::-1].astype(np.int64)
+    wrapped = where(less(indices, 0), add(indices, dims), indices)
+    return _sum(mul(wrapped, strides), -1)
 
 
 def gather_nd(x, indices):
@@ -145,8 +180,21 @@ def tensor_scatter_add(input_x, indices, updates):
     expected = flat.shape + shape[k:]
     if tuple(updates.shape) != expected:
         raise ShapeError(f"tensor_scatter_add: updates of shape {tuple(updates.shape)} do not fit x of shape "
-                         f"{shape} and indices of shape {np.shape(as_array(indices))} (expected {expected})")
+                         f"{shape} and indices of shape {tuple(indices.shape)} (expected {expected})")
     rows = reshape_to(input_x, (-1,) + shape[k:])
+    return reshape_to(_index_add(rows, flat, updates, axis=0), shape)
+
+
+def scatter_nd(indices, updates, shape):
+    """zeros(shape) with `updates` added at the (..., k) `indices` into its first k axes (repeats
+    accumulate; MindSpore's ScatterNd). updates.shape = indices.shape[:-1] + shape[k:]."""
+    shape = tuple(int(n) for n in shape)
+    flat, k = _linear_nd_index(indices, shape)
+    expected = tuple(flat.shape) + shape[k:]
+    if tuple(updates.shape) != expected:
+        raise ShapeError(f"scatter_nd: updates of shape {tuple(updates.shape)} do not fit shape {shape} and indices "
+                         f"of shape {tuple(indices.shape)} (expected {expected})")
+    rows = np.zeros((int(np.prod(shape[:k], dtype=np.int64)),) + shape[k:], dtype=updates.dtype)
     return reshape_to(_index_add(rows, flat, updates, axis=0), shape)
 
 
@@ -186,7 +234,7 @@ def take_along_axis(x, indices, axis=-1):
     indices has x's rank; its other axes match x's or are 1 (broadcast)."""
     indices = _index_array(indices, "take_along_axis indices")
     shape = tuple(x.shape)
-    axis_n = axis % len(shape)
+    axis_n = normalize_axis(axis, len(shape), "take_along_axis")
     if indices.ndim != len(shape) or any(i != n and i != 1 for d, (i, n) in enumerate(zip(indices.shape, shape))
                                          if d != axis_n):
         raise ShapeError(f"take_along_axis: indices of shape {indices.shape} do not fit x of shape {shape} "
@@ -232,9 +280,36 @@ def _segment_rows(x, segment_ids):
 
 
 def _check_segments(ids, num_segments):
-    """Inside the kernels (values are concrete there, also while tracing a graph)."""
-    if ids.size and (ids.min() < 0 or ids.max() >= num_segments):
-        raise IndexError(f"segment ids must lie in [0, {num_segments}), got values in [{ids.min()}, {ids.max()}]")
+    """Inside the kernels (values are concrete there, also while tracing a graph). Negative ids are
+    allowed: their rows are dropped, as MindSpore's unsorted segment ops do."""
+    if ids.size and ids.max() >= num_segments:
+        raise IndexError(f"segment ids must be below num_segments={num_segments} (negative ids drop their "
+                         f"row), got a maximum of {ids.max()}")
+
+
+def _kept_rows(rows, ids):
+    """Rows and ids without the rows whose segment id is negative."""
+    if ids.size and ids.min() < 0:
+        keep = ids >= 0
+        return rows[keep], ids[keep]
+    return rows, ids
+
+
+def scatter_segment_rows(out, ids, rows):
+    """out[ids[i]] += rows[i] in place, skipping negative ids (the segment-sum kernel)."""
+    rows, ids = _kept_rows(rows, ids)
+    return scatter_add_rows(out, ids, rows)
+
+
+def _gather_segments(values, ids):
+    """values[ids] along axis 0 with a zero row where an id is negative (a dropped row)."""
+    concrete = _concrete(ids)
+    if concrete is not None and (not concrete.size or concrete.min() >= 0):
+        return _gather(values, ids, 0)
+    kept = greater_equal(ids, 0)
+    rows = _gather(values, where(kept, ids, 0), 0)
+    mask = reshape_to(cast(kept, values.dtype), tuple(ids.shape) + (1,) * (len(values.shape) - 1))
+    return mul(rows, mask)
 
 
 @defop("unsorted_segment_sum", attrs=("num_segments",))
@@ -242,15 +317,16 @@ def _segment_sum(x, segment_ids, num_segments):
     rows, ids = _segment_rows(x, segment_ids)
     _check_segments(ids, num_segments)
     out = np.zeros((num_segments,) + rows.shape[1:], dtype=rows.dtype)
-    return scatter_add_rows(out, ids, rows)
+    return scatter_segment_rows(out, ids, rows)
 
 
-_segment_sum.defvjp(lambda ctx, g: (_gather(g, ctx.inputs[1], 0), None))
+_segment_sum.defvjp(lambda ctx, g: (_gather_segments(g, ctx.inputs[1]), None))
 
 
 def unsorted_segment_sum(input_x, segment_ids, num_segments):
     """out[s] = sum of input_x[i] over i with segment_ids[i] == s; ids' shape is a prefix of
-    input_x's; output (num_segments,) + input_x.shape[ids.ndim:]; empty segments are 0."""
+    input_x's; output (num_segments,) + input_x.shape[ids.ndim:]; empty segments are 0; a row
+    with a negative segment id is dropped (MindSpore's rule)."""
     ids = _index_array(segment_ids, "unsorted_segment_sum segment_ids")
     return _segment_sum(input_x, ids, num_segments=int(num_segments))
 
@@ -258,6 +334,7 @@ def unsorted_segment_sum(input_x, segment_ids, num_segments):
 def _segment_extreme_np(x, segment_ids, num_segments, largest):
     rows, ids = _segment_rows(x, segment_ids)
     _check_segments(ids, num_segments)
+    rows, ids = _kept_rows(rows, ids)
     if largest and _kernels is not None and rows.dtype.kind == "f" and _kernels.available("segment_max"):
         return _kernels.segment_max(rows, ids, num_segments, 0.0)
     ufunc, start = (np.maximum, -np.inf) if largest else (np.minimum, np.inf)
@@ -274,10 +351,10 @@ def _segment_extreme_vjp(ctx, g):
     out = ctx.out
     if out is None:  # the forward value was freed: recompute it (only compared, not differentiated)
         out = (_segment_max if ctx.attrs["largest"] else _segment_min)(x, ids, **ctx.attrs)
-    hit = cast(equal(x, _gather(out, ids, 0)), x.dtype)
+    hit = cast(equal(x, _gather_segments(out, ids)), x.dtype)
     count = _segment_sum(hit, ids, num_segments=n)
     share = div(g, maximum(count, 1))
-    return mul(hit, _gather(share, ids, 0)), None
+    return mul(hit, _gather_segments(share, ids)), None
 
 
 @defop("unsorted_segment_max", attrs=("num_segments", "largest"))
@@ -321,6 +398,7 @@ def unsorted_segment_mean(input_x, segment_ids, num_segments):
 def _segment_count(segment_ids, num_segments, dtype=_dtype.int64, at_least=0):
     ids = np.asarray(segment_ids).reshape(-1)
     _check_segments(ids, num_segments)
+    ids = ids[ids >= 0]
     return np.maximum(np.bincount(ids, minlength=num_segments), at_least).astype(dtype, copy=False)
 
 
@@ -342,9 +420,11 @@ def _topk_indices(x, k, axis, largest):
     return np.argsort(key, axis=axis, kind="stable")
 
 
-@defop("topk", num_outputs=2, attrs=("k", "axis", "largest"))
-def _topk(x, k, axis=-1, largest=True):
+@defop("topk", num_outputs=2, attrs=("k", "axis", "largest", "sorted"))
+def _topk(x, k, axis=-1, largest=True, sorted=True):  # noqa: A002
     indices = _topk_indices(x, k, axis, largest)
+    if not sorted:  # MindSpore's sorted=False: the k entries in their input order
+        indices = np.sort(indices, axis=axis)
     return np.take_along_axis(x, indices, axis=axis), indices
 
 
@@ -364,13 +444,14 @@ _topk.defvjp(_sorted_values_vjp(lambda x, attrs: _topk(x, **attrs)[1]))
 
 
 def topk(input_x, k, axis=-1, largest=True, sorted=True):  # noqa: A002  (MindSpore's argument name)
-    """(values, indices) of the k largest (or smallest) entries along `axis`, best first.
+    """(values, indices) of the k largest (or smallest) entries along `axis`: best first when
+    `sorted`, else in their input order (MindSpore's sorted=False).
 
     Equal values come out in index order. The gradient flows to `values`."""
     n = input_x.shape[axis]
     if not 0 < k <= n:
         raise ValueError(f"topk: k must be in [1, {n}] for axis {axis} of shape {tuple(input_x.shape)}, got {k}")
-    return _topk(input_x, int(k), axis=axis, largest=largest)
+    return _topk(input_x, int(k), axis=axis, largest=largest, sorted=bool(sorted))
 
 
 def _sort_indices(x, axis, descending):

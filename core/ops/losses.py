@@ -8,12 +8,12 @@ import numpy as np
 from ..errors import ShapeError
 from .array import expand_dims
 from .indexing import _one_hot
-from .math import cast, greater, greater_equal, less, less_equal, logical_and, mul, neg, sub, unbroadcast
+from .math import cast, div, square, greater, greater_equal, less, less_equal, logical_and, mul, neg, sub, unbroadcast
 from .nn_ops import _into, _log_softmax_np, log_softmax, sigmoid, softmax
 from .primitive import defop
 from .reduce import sum as _sum
 
-__all__ = ["softmax_cross_entropy", "binary_cross_entropy_with_logits", "clip_by_value"]
+__all__ = ["softmax_cross_entropy", "binary_cross_entropy_with_logits", "clip_by_value", "l2_loss"]
 
 
 def _check_sparse_labels(logits, labels):
@@ -94,3 +94,8 @@ def _(ctx, g):
 def _masked(g, mask):
     """g where mask else 0, as a product with the mask (branch-free, unlike where)."""
     return mul(g, cast(mask, g.dtype))
+
+
+def l2_loss(x):
+    """sum(x ** 2) / 2, a 0-d Tensor of x's dtype (MindSpore's L2Loss)."""
+    return div(_sum(square(x)), 2)

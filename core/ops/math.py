@@ -1,12 +1,14 @@
 """Elementwise arithmetic, comparisons and matrix products."""
 import numpy as np
 
+from ._axes import normalize_axis, resolve_broadcast_shape
 from .primitive import defop
+from .. import dtype as _dtype
 from ..tensor import Tensor
 
 __all__ = [
     "unbroadcast", "sum_to", "broadcast_to", "identity", "stop_gradient", "add", "sub", "mul", "div",
-    "pow", "maximum", "minimum", "floor_div", "mod", "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sign",
+    "pow", "maximum", "minimum", "floor_div", "mod", "fmod", "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sign",
     "square", "sin", "cos", "floor", "round", "less", "less_equal", "greater", "greater_equal", "equal",
     "not_equal", "logical_and", "logical_or", "logical_not", "isfinite", "where", "cast", "matmul",
     "swapaxes", "bmm",
@@ -38,6 +40,9 @@ def sum_to(x, shape):
 
 @defop("broadcast_to", kind="view", attrs=("shape",))
 def broadcast_to(x, shape):
+    """x broadcast to `shape`; -1 keeps x's size on an axis x has (MindSpore's BroadcastTo)."""
+    if any(n < 0 for n in shape):
+        shape = resolve_broadcast_shape(np.shape(x), shape)
     return np.broadcast_to(x, shape)
 
 
@@ -70,7 +75,7 @@ def stop_gradient(x):
 
 @defop("add", kind="elementwise", cpp="({0} + {1})")
 def add(x, y):
-    return np.add(x, y)
+    return np.add(*_dtype.promote(x, y))
 
 
 @add.defvjp
@@ -82,7 +87,7 @@ def _(ctx, g):
 
 @defop("sub", kind="elementwise", cpp="({0} - {1})")
 def sub(x, y):
-    return np.subtract(x, y)
+    return np.subtract(*_dtype.promote(x, y))
 
 
 @sub.defvjp
@@ -94,7 +99,7 @@ def _(ctx, g):
 
 @defop("mul", kind="elementwise", cpp="({0} * {1})")
 def mul(x, y):
-    return np.multiply(x, y)
+    return np.multiply(*_dtype.promote(x, y))
 
 
 @mul.defvjp
@@ -104,22 +109,67 @@ def _(ctx, g):
             unbroadcast(mul(g, x), y) if ctx.needs[1] else None)
 
 
-@defop("div", kind="elementwise", cpp="({0} / {1})")
-def div(x, y):
+def div(x, y, rounding_mode=None):
+    """x / y (MindSpore's ops.div). `rounding_mode`: None divides (integers round toward zero in
+    their dtype, see `true_div`), 'floor' rounds down, 'trunc' rounds toward zero."""
+    if rounding_mode is None:
+        return true_div(x, y)
+    if rounding_mode == "floor":
+        return floor_div(x, y)
+    if rounding_mode == "trunc":
+        quotient = true_div(x, y)
+        return quotient if quotient.dtype.kind in "iub" else _trunc(quotient)
+    raise ValueError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+
+
+# Integer division in a generated kernel: rounds toward zero like the impl, and a zero divisor
+# saturates instead of trapping (C++ integer division by zero is undefined and kills the process).
+_DIV_CPP = ("([](auto a, auto b) {{ if constexpr (std::numeric_limits<decltype(b)>::is_integer) {{ "
+            "using T = decltype(a); return b == 0 ? (a > 0 ? std::numeric_limits<T>::max() : "
+            "(a < 0 ? std::numeric_limits<T>::min() : T(0))) : T(a / b); }} else {{ return a / b; }} }}({0}, {1}))")
+
+
+@defop("div", kind="elementwise", cpp=_DIV_CPP)
+def true_div(x, y):
+    """x / y. Integer (and bool) operands divide in their promoted integer dtype, rounding toward
+    zero as MindSpore's Div does: 7 / 2 is 3, -7 / 2 is -3; n / 0 gives the dtype's max (n > 0),
+    min (n < 0) or 0 (0 / 0). Mixed int and float operands divide in the float dtype."""
+    x, y = _dtype.promote(x, y)
+    if _dtype.result_dtype(x, y) is not None and np.result_type(x, y).kind in "iub":
+        return truncate_divide_integers(x, y)
     return np.true_divide(x, y)
 
 
-@div.defvjp
+def truncate_divide_integers(x, y):
+    """Integer x / y rounded toward zero in the integer dtype; division by zero saturates."""
+    x, y = np.asarray(x), np.asarray(y)
+    dtype = np.result_type(x, y)
+    if dtype == np.bool_:
+        dtype = _dtype.uint8
+        x, y = x.astype(dtype), y.astype(dtype)
+    zero = y == 0
+    safe_y = np.where(zero, np.ones((), dtype), y)
+    quotient = np.floor_divide(x, safe_y)
+    inexact = (np.remainder(x, safe_y) != 0) & ((x < 0) != (safe_y < 0))
+    quotient = np.where(inexact, quotient + np.ones((), dtype), quotient)
+    if zero.any():
+        info = np.iinfo(dtype)
+        saturated = np.where(x > 0, info.max, np.where(x < 0, info.min, 0)).astype(dtype)
+        quotient = np.where(zero, saturated, quotient)
+    return quotient.astype(dtype, copy=False)
+
+
+@true_div.defvjp
 def _(ctx, g):
     x, y = ctx.inputs
-    gx = div(g, y)
+    gx = true_div(g, y)
     return (unbroadcast(gx, x) if ctx.needs[0] else None,
             unbroadcast(neg(mul(gx, ctx.out)), y) if ctx.needs[1] else None)
 
 
 @defop("pow", kind="elementwise", cpp="std::pow({0}, {1})")
 def pow(x, y):  # noqa: A001  (MindSpore's name)
-    return np.power(x, y)
+    return np.power(*_dtype.promote(x, y))
 
 
 @pow.defvjp
@@ -136,12 +186,12 @@ def _(ctx, g):
 
 @defop("maximum", kind="elementwise", cpp="std::max({0}, {1})")
 def maximum(x, y):
-    return np.maximum(x, y)
+    return np.maximum(*_dtype.promote(x, y))
 
 
 @defop("minimum", kind="elementwise", cpp="std::min({0}, {1})")
 def minimum(x, y):
-    return np.minimum(x, y)
+    return np.minimum(*_dtype.promote(x, y))
 
 
 def _select_vjp(pick_first):
@@ -159,12 +209,18 @@ minimum.defvjp(_select_vjp(lambda x, y: less_equal(x, y)))
 
 @defop("floor_div", kind="elementwise", differentiable=False)
 def floor_div(x, y):
-    return np.floor_divide(x, y)
+    return np.floor_divide(*_dtype.promote(x, y))
+
+
+@defop("fmod", kind="elementwise", differentiable=False, cpp="std::fmod({0}, {1})")
+def fmod(x, y):
+    """The remainder of x / y rounded toward zero: its sign is x's (MindSpore's Mod, C's fmod)."""
+    return np.fmod(*_dtype.promote(x, y))
 
 
 @defop("mod", kind="elementwise", differentiable=False)
 def mod(x, y):
-    return np.mod(x, y)
+    return np.mod(*_dtype.promote(x, y))
 
 
 # ---- unary math --------------------------------------------------------------------------------
@@ -249,6 +305,11 @@ def floor(x):
     return np.floor(x)
 
 
+@defop("trunc", kind="elementwise", differentiable=False, cpp="std::trunc({0})")
+def _trunc(x):
+    return np.trunc(x)
+
+
 @defop("round", kind="elementwise", differentiable=False, cpp="std::nearbyint({0})")
 def round(x):  # noqa: A001
     return np.round(x)
@@ -277,7 +338,7 @@ isfinite = defop("isfinite", kind="elementwise", differentiable=False, cpp="std:
 
 @defop("where", kind="elementwise", cpp="({0} ? {1} : {2})")
 def where(condition, x, y):
-    return np.where(condition, x, y)
+    return np.where(condition, *_dtype.promote(x, y))
 
 
 @where.defvjp
@@ -290,6 +351,8 @@ def _(ctx, g):
 
 @defop("cast", kind="elementwise", cpp="static_cast<{dtype}>({0})", attrs=("dtype",))
 def cast(x, dtype):
+    if _dtype.is_bfloat16(dtype):
+        return _dtype.to_bfloat16(x)
     return np.asarray(x).astype(dtype, copy=False)
 
 
@@ -303,6 +366,10 @@ def _(ctx, g):
 
 @defop("matmul")
 def _matmul(x, y):
+    """Integer products accumulate in int32 (int8/int16/uint8 inputs give int32, as MindSpore)."""
+    x, y = _dtype.promote(x, y)
+    if x.dtype.kind in "iu" and x.dtype.itemsize < 4:
+        x, y = x.astype(_dtype.int32), y.astype(_dtype.int32)
     return np.matmul(x, y)
 
 
@@ -332,7 +399,8 @@ def matmul(x, y):
 
 @defop("swapaxes", kind="view", attrs=("axis1", "axis2"))
 def swapaxes(x, axis1, axis2):
-    return np.swapaxes(x, axis1, axis2)
+    ndim = np.ndim(x)
+    return np.swapaxes(x, normalize_axis(axis1, ndim, "swapaxes"), normalize_axis(axis2, ndim, "swapaxes"))
 
 
 swapaxes.defvjp(lambda ctx, g: swapaxes(g, ctx.attrs["axis1"], ctx.attrs["axis2"]))

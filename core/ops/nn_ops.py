@@ -477,28 +477,56 @@ def _(ctx, w):
 
 # ---- dropout -----------------------------------------------------------------------------------
 
-@defop("bernoulli_mask", differentiable=False, stateful=True, attrs=("keep_prob",))
-def bernoulli_mask(x, keep_prob):
+_seeded_streams = {}
+
+
+def _mask_generator(seed):
+    """The global generator, or for an op seed (seed0, seed1) other than (0, 0) the op's own stream
+    (MindSpore's Seed0/Seed1): seeded from the op seed and the global seed, it continues from call
+    to call, so a seeded dropout repeats its sequence of masks whenever `set_seed` repeats."""
+    if seed is None or tuple(seed) == (0, 0):
+        return _random.default_generator()
+    key = (_random.get_seed(),) + tuple(int(v) for v in seed)
+    generator = _seeded_streams.get(key)
+    if generator is None:
+        if len(_seeded_streams) > 256:
+            _seeded_streams.clear()
+        generator = _seeded_streams[key] = _random.seeded_generator([0 if v is None else v for v in key])
+    return generator
+
+
+def reset_seeded_streams():
+    """Restart every op-seeded random stream (`set_seed` with the same seed does not, as in MindSpore)."""
+    _seeded_streams.clear()
+
+
+@defop("bernoulli_mask", differentiable=False, stateful=True, attrs=("keep_prob", "seed"))
+def bernoulli_mask(x, keep_prob, seed=None):
     """A mask shaped like x: 1/keep with probability keep, else 0 (dtype of x, float32 for non-floats).
 
     keep is keep_prob rounded to a multiple of 1/65536 (the mask compares 16-bit random integers,
     about twice as fast as drawing floats); 1/keep uses the rounded value, so E[mask] = 1 exactly.
-    Draws from `mstrain.random.default_generator()` on every execution (fresh masks in graphs).
+    Draws from `mstrain.random.default_generator()` on every execution (fresh masks in graphs), or
+    from the op's own stream when `seed` is a (seed0, seed1) pair other than (0, 0).
     """
     threshold = min(max(int(round(keep_prob * 65536)), 1), 65536)
     dtype = x.dtype if isinstance(x, np.ndarray) and x.dtype.kind == "f" else np.float32
     if threshold == 65536:
         return np.ones(np.shape(x), dtype)
-    bits = _random.default_generator().integers(0, 65536, np.shape(x), dtype=np.uint16)
+    bits = _mask_generator(seed).integers(0, 65536, np.shape(x), dtype=np.uint16)
     return np.multiply(bits < threshold, 65536 / threshold, dtype=dtype)
 
 
-def dropout(x, p=0.5, training=True):
-    """Zero each element with probability p and scale the rest by 1/(1-p); identity when not training."""
+def dropout(x, p=0.5, training=True, seed=None, seed0=0, seed1=0):
+    """Zero each element with probability p and scale the rest by 1/(1-p); identity when not training.
+
+    `seed0`/`seed1` (MindSpore 1.x) or `seed` (2.x, = seed0) give the op its own random stream,
+    repeatable under `set_seed`; all zero/None draws from the global generator."""
     if not 0 <= p <= 1:
         raise ValueError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0:
         return x
     if p == 1:
         return mul(x, 0)
-    return mul(x, bernoulli_mask(x, 1.0 - p))
+    op_seed = (int(seed) if seed is not None else int(seed0), int(seed1))
+    return mul(x, bernoulli_mask(x, 1.0 - p, None if op_seed == (0, 0) else op_seed))

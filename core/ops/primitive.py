@@ -15,6 +15,7 @@ import inspect
 import numpy as np
 
 from .. import autograd as _autograd
+from .. import dtype as _dtype
 from ..tensor import Tensor
 
 __all__ = ["REGISTRY", "KINDS", "Primitive", "defop", "ShardStrategy", "dispatch", "apply", "get", "as_array"]
@@ -32,7 +33,7 @@ class Primitive:
 
     __slots__ = ("name", "impl", "vjp", "kind", "num_outputs", "differentiable",
                  "cpp", "shard_rule", "attr_names", "attr_defaults", "num_inputs", "stateful",
-                 "mutates", "doc")
+                 "mutates", "doc", "batch_rule")
 
     def __init__(self, name, impl, kind="opaque", num_outputs=1, differentiable=True, cpp=None, attrs=(),
                  stateful=False, mutates=()):
@@ -46,6 +47,7 @@ class Primitive:
         self.differentiable = differentiable
         self.cpp = cpp
         self.shard_rule = None
+        self.batch_rule = None  # vmap: rule(args, batched, attrs), see core/ops/vectorize.py
         self.stateful = stateful  # draws random numbers or reads external state: never folded or merged
         self.mutates = tuple(mutates)  # input positions updated in place (optimizer updates, assign)
         self.doc = impl.__doc__
@@ -59,6 +61,13 @@ class Primitive:
     def defvjp(self, rule):
         """Register `rule(ctx, *output_grads) -> input grads` (a tuple, one entry per input)."""
         self.vjp = rule
+        return rule
+
+    def defbatch(self, rule):
+        """Register the vmap batching rule: `rule(args, batched, attrs)` gets the physical inputs
+        (batched ones carry the batch on axis 0, `batched[i]` says which) and returns the output(s)
+        with the batch on axis 0 (see `mstrain.ops.vectorize`)."""
+        self.batch_rule = rule
         return rule
 
     def defshard(self, rule):
@@ -127,7 +136,11 @@ def _run(prim, inputs, attrs):
     tracer = dispatch.tracer
     if tracer is not None:
         return tracer.apply(prim, inputs, attrs)
-    out = prim.impl(*[x._data if isinstance(x, Tensor) else x for x in inputs], **attrs)
+    args = [x._data if isinstance(x, Tensor) else x for x in inputs]
+    out = prim.impl(*args, **attrs)
+    if _dtype._Bfloat16State.used:  # bfloat16 data is float32 rounded on every write
+        _dtype.round_bfloat16_writes((out,) if prim.num_outputs == 1 else out)
+        _dtype.round_bfloat16_writes([args[i] for i in prim.mutates if i < len(args)])
     if prim.num_outputs == 1:
         result = Tensor._wrap(out)
     else:

@@ -315,7 +315,10 @@ class _OnnxBuilder:
             if tensor_dtypes and value.dtype.kind == "f" and tensor_dtypes[0].kind == "f" and value.ndim == 0:
                 value = value.astype(tensor_dtypes[0])
             return self.constant(value)
-        dtype = tensor_dtypes[0] if tensor_dtypes else (consumer.dtype or np.float32)
+        # a Python scalar takes the dtype the op computes in: its output's, unless that is a
+        # comparison's bool, then its tensor operand's (where(mask, ids, 0) -> ids' int dtype)
+        candidates = [consumer.dtype] + tensor_dtypes
+        dtype = next((d for d in candidates if d is not None and d != np.bool_), np.float32)
         return self.constant(np.asarray(value, dtype=dtype))
 
     def _value_info(self, name, node, is_input):

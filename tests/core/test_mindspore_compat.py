@@ -32,7 +32,7 @@ def test_mindspore_import_paths_and_names():
     from mstrain.common import mutable  # noqa: F401
     from mstrain.dataset.vision import c_transforms  # noqa: F401
     from mstrain.nn.wrap.cell_wrapper import WithLossCell
-    assert WithLossCell is nn.WithLossCell and mstype.float32 is ms.float32
+    assert WithLossCell is nn.WithLossCell and mstype.float32 == ms.float32
     assert ms.ms_function is ms.jit and nn.Accuracy is ms.train.metrics.Accuracy
     try:
         context.set_auto_parallel_context(parallel_mode=context.ParallelMode.DATA_PARALLEL)

@@ -33,21 +33,28 @@ class Adam(_AdamBase):
     param -= lr_t * m / (sqrt(v) + eps). g includes L2 weight decay.
 
     `use_nesterov` uses b1 m + (1 - b1) g as numerator; `use_amsgrad` keeps vhat = max(vhat, v)
-    (state `vhat.<name>`) for the denominator.
+    (state `vhat.<name>`) for the denominator; `use_lazy` (MindSpore's keyword) updates only the
+    rows whose gradient is touched, as `LazyAdam`.
     """
 
     def __init__(self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False,
-                 use_nesterov=False, weight_decay=0.0, loss_scale=1.0, use_amsgrad=False, grad_clip=None):
+                 use_nesterov=False, weight_decay=0.0, loss_scale=1.0, use_amsgrad=False, grad_clip=None,
+                 use_lazy=False):
         super().__init__(params, learning_rate, beta1, beta2, eps, weight_decay, loss_scale, grad_clip)
         if use_nesterov and use_amsgrad:
             raise ConfigError("Adam: use_nesterov and use_amsgrad cannot both be set", key="use_amsgrad")
-        self.use_nesterov, self.use_amsgrad = bool(use_nesterov), bool(use_amsgrad)
+        if use_lazy and use_amsgrad:
+            raise ConfigError("Adam: use_lazy and use_amsgrad cannot both be set", key="use_lazy")
+        self.use_nesterov, self.use_amsgrad, self.use_lazy = bool(use_nesterov), bool(use_amsgrad), bool(use_lazy)
         self.vhat = self._parameters.clone(prefix="vhat", init="zeros") if use_amsgrad else None
         common = dict(beta1=self.beta1, beta2=self.beta2, eps=self.eps)
         if use_amsgrad:
             self._set_kernel_attrs(_kernels.apply_adam_amsgrad, **common)
         else:
-            self._set_kernel_attrs(_kernels.apply_adam, use_nesterov=self.use_nesterov, **common)
+            self._set_kernel_attrs(self._dense_kernel(), use_nesterov=self.use_nesterov, **common)
+
+    def _dense_kernel(self):
+        return _kernels.apply_lazy_adam if self.use_lazy else _kernels.apply_adam
 
     def _update(self, grads, lrs, step, attrs):
         params, m1, m2, attrs = self._parameters, self.moment1, self.moment2, attrs
@@ -56,7 +63,7 @@ class Adam(_AdamBase):
             for p, m, v, vh, g, lr, a in zip(params, m1, m2, self.vhat, grads, lrs, attrs):
                 apply(prim, p, m, v, vh, g, lr, step, *self._enabled_inputs, **a)
             return
-        prim = _kernels.apply_adam
+        prim = self._dense_kernel()
         for p, m, v, g, lr, a in zip(params, m1, m2, grads, lrs, attrs):
             apply(prim, p, m, v, g, lr, step, *self._enabled_inputs, **a)
 

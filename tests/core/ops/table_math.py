@@ -3,6 +3,7 @@ import numpy as np
 
 from mstrain.ops import array as array_ops
 from mstrain.ops import functional as F
+from mstrain.ops.padding import pad_backward
 
 from .cases import away, case, const, integers, normal, positive
 
@@ -20,6 +21,24 @@ def _index_add_ref(g, shape, index):
 
 
 _REPEATED_ROWS = np.array([2, 0, 2, 3, 2])
+
+
+def _reflect_pad_adjoint(g):
+    """Sum of g over the output positions that copy each input position (REFLECT, (1, 1), (2, 1))."""
+    rows = np.pad(np.arange(2), (1, 1), "reflect")
+    cols = np.pad(np.arange(4), (2, 1), "reflect")
+    out = np.zeros((2, 4))
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            out[r, c] += g[i, j]
+    return out
+
+
+def _scatter_nd_ref(u):
+    out = np.zeros((3, 2, 2))
+    for (a, b), row in zip([[0, 1], [2, 0], [0, 1]], u):
+        out[a, b] += row
+    return out
 
 CASES = [
     # ---- binary arithmetic with broadcasting
@@ -111,4 +130,16 @@ CASES += [
     case("einsum", lambda a, b: F.einsum("ij,kl->i", a, b), lambda a, b: np.einsum("ij,kl->i", a, b),
          normal(3, 4), normal(2, 2), name="einsum_summed_letters"),
     case("mul", F.outer, np.outer, normal(3), normal(4), name="outer"),
+    # ---- padding (MindSpore's CONSTANT / REFLECT / SYMMETRIC) and its adjoint
+    case("pad", lambda x: F.pad(x, ((1, 2), (0, 1))), lambda x: np.pad(x, ((1, 2), (0, 1))), normal(2, 3),
+         second_order=True),
+    case("pad", lambda x: F.pad(x, ((1, 2), (2, 1)), "REFLECT"), lambda x: np.pad(x, ((1, 2), (2, 1)), "reflect"),
+         normal(3, 4), name="pad_reflect"),
+    case("pad", lambda x: F.pad(x, ((0, 0), (3, 2)), "SYMMETRIC"),
+         lambda x: np.pad(x, ((0, 0), (3, 2)), "symmetric"), normal(2, 3), name="pad_symmetric", second_order=True),
+    case("pad_backward", lambda g: pad_backward(g, ((1, 1), (2, 1)), "REFLECT"), _reflect_pad_adjoint,
+         normal(4, 7), name="pad_backward"),
+    case("sum", lambda x: F.l2_loss(x), lambda x: (x * x).sum() / 2, normal(3, 4), name="l2_loss"),
+    case("index_add", lambda u: F.scatter_nd(np.array([[0, 1], [2, 0], [0, 1]]), u, (3, 2, 2)),
+         _scatter_nd_ref, normal(3, 2), name="scatter_nd"),
 ]
