@@ -7,6 +7,7 @@ Data: data/images/mnist/mnist_test10k.npz (x uint8 (10000, 28, 28), y int64), th
 then standardised with the MNIST mean/std. Network: Dense 784 -> hidden... -> 10 with ReLU,
 softmax cross-entropy. Result: {"test_acc", "train_loss", "epochs", "seconds"}.
 """
+import os
 import time
 from dataclasses import dataclass
 from typing import List
@@ -32,7 +33,7 @@ IMAGE_SIZE, NUM_CLASSES = 28 * 28, 10
 class MnistData(DataConfig):
     """The MNIST .npz file and its train/test split."""
     path: str = option("data/images/mnist/mnist_test10k.npz",
-                       ".npz with x (N, 28, 28) uint8 and y (N,) labels; relative to cwd or the repo root")
+                       ".npz with x (N, 28, 28) uint8 and y (N,) labels; relative to data.root, cwd or the repo root")
     train_size: int = option(8000, "first N images train the model", low=1)
     test_size: int = option(2000, "last N images test it (disjoint from the training images)", low=1)
 
@@ -50,9 +51,10 @@ class MlpMnistConfig(JobConfig):
     model: MlpModel = section(MlpModel)
 
 
-def load_mnist(path, train_size, test_size):
-    """((x_train, y_train), (x_test, y_test)): float32 (N, 784) standardised, int32 labels."""
-    file = resolve_path(path, "MNIST file", key="data.path")
+def load_mnist(path, train_size, test_size, root=None):
+    """((x_train, y_train), (x_test, y_test)): float32 (N, 784) standardised, int32 labels.
+    A relative `path` is looked for under the dataset directory `root` first."""
+    file = _under_root(path, root) or resolve_path(path, "MNIST file", key="data.path")
     with np.load(file, allow_pickle=False) as archive:
         if "x" not in archive or "y" not in archive:
             raise DatasetNotFoundError(f"{file}: expected arrays 'x' and 'y', found {sorted(archive.files)}")
@@ -63,6 +65,16 @@ def load_mnist(path, train_size, test_size):
     x = ((images.reshape(len(images), -1).astype(np.float32) / 255.0) - MNIST_MEAN) / MNIST_STD
     y = labels.astype(np.int32)
     return (x[:train_size], y[:train_size]), (x[len(x) - test_size:], y[len(y) - test_size:])
+
+
+def _under_root(path, root):
+    if not root or os.path.isabs(os.path.expanduser(str(path))):
+        return None
+    try:
+        candidate = resolve_path(root, "dataset directory", key="data.root") / path
+    except DatasetNotFoundError:
+        return None
+    return candidate if candidate.exists() else None
 
 
 def build_network(hidden):
@@ -79,7 +91,8 @@ def build_network(hidden):
 @register_job("mlp_mnist", schema=MlpMnistConfig)
 def run(cfg):
     """Train an MLP on MNIST and report the test accuracy."""
-    (x_train, y_train), (x_test, y_test) = load_mnist(cfg.data.path, cfg.data.train_size, cfg.data.test_size)
+    (x_train, y_train), (x_test, y_test) = load_mnist(cfg.data.path, cfg.data.train_size, cfg.data.test_size,
+                                                      root=cfg.data.root)
     from ..train import Model  # after the data check: a missing file fails before heavy imports
     from ..train.metrics import Accuracy
 

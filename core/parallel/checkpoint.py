@@ -78,11 +78,12 @@ def _owner(name, named):
     return None
 
 
-def save_strategy(cell, path, context=None):
-    """Gather every rank's `local_strategy` and write the strategy file (rank 0); collective."""
+def save_strategy(cell, path, context=None, write_here=None):
+    """Gather every rank's `local_strategy` and write the strategy file (rank 0, or the ranks
+    given `write_here=True`); collective."""
     from ..communication import all_gather_object, get_group_size, get_rank
     per_rank = all_gather_object(local_strategy(cell))
-    if get_rank() == 0:
+    if (get_rank() == 0) if write_here is None else write_here:
         from .context import auto_parallel_context
         doc = {"format": _FORMAT, "version": 1, "world_size": get_group_size(),
                "context": context if context is not None else _jsonable(auto_parallel_context()),

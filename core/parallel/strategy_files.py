@@ -8,7 +8,8 @@ Building a train cell (`nn.TrainOneStepCell`, hence `Model`) with
   parameter the network lacks or a layout that contradicts the live one is refused, naming it;
 - `strategy_ckpt_save_file`: the strategy of the built train cell (every parameter's and
   optimizer state's layout on every rank, the format of `mstrain.parallel.checkpoint`) is written
-  there by rank 0 (collective).
+  there (collective; ranks given their own paths, as in MindSpore's pipeline examples, each
+  write the same document to theirs).
 """
 from ..errors import ParallelConfigError
 from .checkpoint import load_strategy, save_strategy
@@ -66,5 +67,8 @@ def _take_layout(param, entry, optimizer, path):
 def save_strategy_file(train_cell):
     """Write `strategy_ckpt_save_file` (when set) for the built `train_cell` (collective)."""
     path = get_auto_parallel_context("strategy_ckpt_save_file")
-    if path:
-        save_strategy(train_cell, path)
+    if not path:
+        return
+    from ..communication import all_gather_object, get_rank
+    paths, rank = all_gather_object(path), get_rank()
+    save_strategy(train_cell, path, write_here=path not in paths[:rank])  # one writer per distinct path

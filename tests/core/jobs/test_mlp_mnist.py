@@ -54,3 +54,14 @@ def test_missing_or_short_data_file_is_a_dataset_error(tmp_path):
     np.savez(tmp_path / "wrong.npz", images=np.zeros(3))
     with pytest.raises(DatasetNotFoundError, match="expected arrays 'x' and 'y'"):
         load_mnist(tmp_path / "wrong.npz", 1, 1)
+
+
+def test_data_path_is_found_under_data_root(repo_root, tmp_path):
+    import shutil
+    shutil.copy(repo_root / "data/images/mnist/mnist_test10k.npz", tmp_path / "digits.npz")
+    (x_train, _), (x_test, _) = load_mnist("digits.npz", 30, 20, root=str(tmp_path))
+    (want_train, _), (want_test, _) = load_mnist(repo_root / "data/images/mnist/mnist_test10k.npz", 30, 20)
+    np.testing.assert_array_equal(x_train, want_train)
+    np.testing.assert_array_equal(x_test, want_test)
+    with pytest.raises(DatasetNotFoundError, match="data.path"):
+        load_mnist("digits.npz", 30, 20)  # without the root it is not found

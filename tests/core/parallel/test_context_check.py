@@ -16,3 +16,4 @@ def test_every_train_cell_checks_the_context_and_matching_contexts_pass(tmp_path
     for rank in load_ranks(tmp_path, 2):
         assert int(rank["after_repeat"]) == 2  # each TrainOneStepCell exchanges: no rank can skip and hang the others
         assert int(rank["after_change"]) == 3
+        assert bool(rank["strategy_written"])  # each rank's own strategy_ckpt_save_file

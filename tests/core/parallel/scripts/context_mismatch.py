@@ -13,13 +13,14 @@ _all_gather_object = comm.all_gather_object
 
 
 def _counting_all_gather_object(obj, group=None):
-    gathers.append(obj)
+    if isinstance(obj, str) and obj.startswith("{"):  # the context check's exchange (not the strategy file's)
+        gathers.append(obj)
     return _all_gather_object(obj, group)
 
 
 comm.all_gather_object = _counting_all_gather_object  # the check resolves it through the package
 ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=mode == "same" or comm.get_rank() == 0,
-                             strategy_ckpt_save_file=f"strategy_{comm.get_rank()}.ckpt")  # per-rank paths are fine
+                             strategy_ckpt_save_file=str(out / f"strategy_{comm.get_rank()}.json"))  # per-rank paths are fine
 
 
 def _build_step():
@@ -34,4 +35,5 @@ _build_step()
 after_repeat = len(gathers)
 ms.set_auto_parallel_context(gradients_mean=False)
 _build_step()
-save(out, after_repeat=after_repeat, after_change=len(gathers))
+save(out, after_repeat=after_repeat, after_change=len(gathers),
+     strategy_written=(out / f"strategy_{comm.get_rank()}.json").exists())
