@@ -18,6 +18,8 @@ from .vectorize import vmap  # noqa: F401
 from ..tensor import Tensor as _Tensor
 from .tensor_methods import bind_tensor_methods as _bind_tensor_methods
 from .custom import Custom, CustomOpError  # noqa: F401
+from .state_ops import (Assign, Depend, L2Normalize, Print, ScatterNdUpdate, assign, depend,  # noqa: F401
+                        l2_normalize, scatter_nd_update)
 from .hybrid import HybridSyntaxError  # noqa: F401
 from ..autograd import GradOperation, grad, value_and_grad  # noqa: F401  (MindSpore: ops.grad, ...)
 
@@ -27,3 +29,18 @@ __all__ = (functional.__all__ + classes.__all__ + classes_nn.__all__ + classes_e
               "GradOperation", "grad", "value_and_grad"])
 
 _bind_tensor_methods(_Tensor)
+
+
+_COMMUNICATION_OPS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AlltoAll", "ReduceOp")
+
+
+def __getattr__(name):
+    """MindSpore reaches the collective ops through `ops` (ops.AllReduce, ...); they live in
+    mstrain.communication, which imports ops, so they are looked up on first use."""
+    if name in _COMMUNICATION_OPS:
+        from .. import communication
+        from ..communication import collectives
+        value = getattr(collectives, name, None) or getattr(communication, name, None)
+        if value is not None:
+            return value
+    raise AttributeError(f"module 'mstrain.ops' has no attribute '{name}'")

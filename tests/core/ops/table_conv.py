@@ -1,9 +1,10 @@
-"""Op-table rows for core/ops/conv.py: convolution (and its two adjoints), max and average pooling.
+"""Op-table rows for core/ops/conv.py: convolution (and its two adjoints), max and average pooling
+(and state_ops.depend).
 References are direct loops over output positions in float64 (no im2col), so they check the
 strided-window arithmetic independently."""
 import numpy as np
 
-from mstrain.ops import conv
+from mstrain.ops import conv, state_ops
 
 from .cases import case, normal
 
@@ -123,6 +124,7 @@ CASES = [
          lambda x: _avg_ref(x, True), normal(*P_SHAPE), second_order=True),
     case(("avg_pool2d", "avg_pool2d_grad"), lambda x: conv.avg_pool2d(x, count_include_pad=False, **POOL),
          lambda x: _avg_ref(x, False), normal(*P_SHAPE), name="avg_pool2d_exclude_pad"),
+    case("depend", state_ops.depend, lambda v, e: v, normal(3, 2), normal(4), second_order=True),
     case("avg_pool2d_grad", lambda g: conv.avg_pool2d_grad(g, P_SHAPE, count_include_pad=False, **POOL),
          lambda g: _avg_adjoint_ref(g), lambda rng: rng.standard_normal(_avg_ref(np.zeros(P_SHAPE), True).shape)),
 ]
