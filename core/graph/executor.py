@@ -199,7 +199,8 @@ class Executable:
             self._native = NativeProgram(self.plan) if runtime() is not None else False
         return self._native or None
 
-    def _check_residents(self):
+    def check_residents(self):
+        """Rebind when a resident's storage was replaced since binding (a checkpoint loaded, ...)."""
         for holder, array in self._bound:
             if holder._data is not array:
                 self.bind()
@@ -225,7 +226,7 @@ class Executable:
 
     def run(self, inputs):
         """One execution: load `inputs`, run, return copies of the outputs (residents by reference)."""
-        self._check_residents()
+        self.check_residents()
         self.load_inputs(inputs)
         self.step()
         result = []
@@ -238,6 +239,21 @@ class Executable:
                 value = self._arrays[id(node)]
                 result.append(value.copy() if isinstance(value, np.ndarray) else value)
         return result
+
+    def run_steps(self, batches, output_index, values, seconds):
+        """The loop sink: one execution per batch with no other work per step; output
+        `output_index` (a scalar, the loss) of each step goes to `values`, the wall time of each
+        step to `seconds` (left as is when the loop runs in Python)."""
+        self.check_residents()
+        kept = self.output_arrays()[output_index]
+        program = self.native()
+        if program is not None and isinstance(kept, np.ndarray) and kept.dtype in (np.float32, np.float64):
+            program.loop(self._input_buffers, batches, kept, values, seconds)
+            return
+        for k, batch in enumerate(batches):
+            self.load_inputs(batch)
+            self.step()
+            values[k] = kept
 
     def stats(self):
         """Counts for logs and benchmarks. copied_bytes: what one step copies from primitives' own
