@@ -1,6 +1,6 @@
 """The public path: Model + auto-sharded dataset under data_parallel (also sunk: the compiled step
-all-reduces in the graph, so `compiled` matches too), nn.TrainOneStepCell with
-enable_parallel_optimizer, and semi_auto_parallel strategies inside TrainOneStepCell."""
+all-reduces in the graph, so `compiled` matches too), ms.build_train_network with
+enable_parallel_optimizer, and semi_auto_parallel strategies inside build_train_network."""
 import numpy as np
 import pytest
 

@@ -1,7 +1,7 @@
-"""The public training path under the parallel context: nn.TrainOneStepCell / Model with a
+"""The public training path under the parallel context: ms.build_train_network / Model with a
 sharded dataset. argv: out steps mode; mode: dp (Model + auto-sharded dataset), dp_sink (the same
 with dataset_sink_mode: the step, all-reduce included, is compiled), zero
-(TrainOneStepCell with enable_parallel_optimizer), semi (semi_auto_parallel, MatMul strategies);
+(build_train_network with enable_parallel_optimizer), semi (semi_auto_parallel, MatMul strategies);
 optional argv[4] "graph": the same in GRAPH_MODE."""
 import sys
 
@@ -50,7 +50,7 @@ else:
         return (strategy[1], strategy[0])
 
     train_net = Net() if mode == "zero" else SemiAutoParallelCell(Net())
-    step = nn.TrainOneStepCell(train_net, optimizer)
+    step = ms.build_train_network(train_net, optimizer)
     per = 32 // n if mode == "zero" else 32
     rank = comm.get_rank() if mode == "zero" else 0
     for i in range(steps):
