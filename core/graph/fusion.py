@@ -18,11 +18,10 @@ import heapq
 import numpy as np
 
 from .codegen import SUPPORTED
-from .expand import EXPANDERS, Builder
-from .expand_optim import OPTIMIZER_EXPANDERS
+from .expand import Builder
 from .group import FusedGroup
 from .ir import Graph, Node, rewrite
-from .lowering import OUT_KERNELS
+from . import lowering  # noqa: F401  (registers the out= kernels on their primitives)
 
 _REDUCTIONS = ("sum", "mean", "max", "min")
 
@@ -36,7 +35,7 @@ def expand_composites(graph):
             return expanded[id(node.inputs[0])][node.value]
         if node.op != "call":
             return None
-        expander = EXPANDERS.get(node.prim.name) or OPTIMIZER_EXPANDERS.get(node.prim.name)
+        expander = node.prim.expander
         result = expander(builder, node) if expander else None
         if isinstance(result, tuple):
             expanded[id(node)] = result
@@ -200,7 +199,7 @@ def _worth_a_kernel(group):
     calls = [m for m in group.members if m.prim.name != "assign"]
     if len(calls) > 1 or group.reduce or group.mode == "axes" or len(calls) < len(group.members):
         return True
-    return len(calls) == 1 and calls[0].prim.name not in OUT_KERNELS and calls[0].prim.kind == "elementwise"
+    return len(calls) == 1 and calls[0].prim.lowering is None and calls[0].prim.kind == "elementwise"
 
 
 # ---------------------------------------------------------------------------------------------
