@@ -19,7 +19,6 @@ int_ = int32
 long = int64
 
 _FLOATS = frozenset((float16, float32, float64))
-_DEFAULT_FLOAT = float32
 
 
 def is_floating(dtype):
@@ -35,10 +34,3 @@ def as_dtype(dtype):
         return np.dtype(aliases.get(dtype, dtype) if isinstance(dtype, str) else dtype)
     except TypeError as exc:
         raise TypeError(f"unknown dtype {dtype!r}") from exc
-
-
-def default_array_dtype(array):
-    """The dtype a Tensor built from `array` gets: Python floats become float32, like MindSpore."""
-    if array.dtype == np.float64 and not isinstance(array, np.ndarray):
-        return _DEFAULT_FLOAT
-    return array.dtype
