@@ -21,7 +21,7 @@ Per-entry data has shape (nnz,) or (nnz, H) (H heads); node data (N, F) or (N, H
 import numpy as np
 
 from mstrain import kernels
-from mstrain.kernels import graph as graph_kernels
+from .kernels import graph as graph_kernels
 from mstrain.ops import defop
 from mstrain.ops import functional as F
 from mstrain import Tensor

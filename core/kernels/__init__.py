@@ -7,8 +7,9 @@ C-contiguous arrays), else its numpy reference in `mstrain.kernels.reference`. B
 the same thing; the tests compare them.
 
 Set `MSTRAIN_DISABLE_KERNELS=1` to force the numpy path (read at each call). `available(name)`
-says whether a C++ kernel will run; `native_kernels()` lists the built ones. Multi-head graph
-kernels for message passing (GCN/GAT) live in `mstrain.kernels.graph`, built the same way.
+says whether a C++ kernel will run; `native_kernels()` lists the built ones. A kit keeps its own
+kernels in `<kit>/kernels/src` and reaches them with `native_module` (the GNN kit's CSR graph
+kernels: `mstrain.gnn.kernels.graph`).
 
 >>> import numpy as np
 >>> from mstrain import kernels
@@ -26,7 +27,7 @@ from ..errors import ShapeError
 from . import reference
 
 __all__ = [
-    "available", "native_kernels", "scatter_add_rows", "segment_sum", "segment_max", "spmm_csr",
+    "available", "native_kernels", "scatter_add_rows", "segment_sum", "segment_max",
     "segment_softmax", "adam_update", "adamw_update", "native_module", "kernels_disabled",
 ]
 
@@ -233,45 +234,6 @@ def segment_softmax(scores, segment_ids, num_segments):
     if native is None:
         return reference.segment_softmax(scores, segment_ids, num_segments)
     return native(_flat2d(scores), segment_ids, num_segments).reshape(scores.shape)
-
-
-# -- sparse @ dense -----------------------------------------------------------------------------------
-def spmm_csr(indptr, indices, values, dense):
-    """Sparse @ dense with A in CSR form, shape (len(indptr) - 1, dense.shape[0]):
-
-        out[r] = sum_{k = indptr[r]}^{indptr[r+1] - 1} values[k] * dense[indices[k]]
-
-    dense: (K, F) or (K,); returns (R, F) (or (R,)) in dense's dtype. The propagation step of GCN
-    (A_hat @ H). The C++ kernel runs rows in parallel (OpenMP).
-    """
-    dense = np.asarray(dense)
-    vector = dense.ndim == 1
-    dense2d = dense[:, None] if vector else dense
-    if dense2d.ndim != 2:
-        raise ShapeError(f"spmm_csr: dense must be 1-D or 2-D, got shape {dense.shape}")
-    indptr, indices = _as_index(indptr, "indptr"), _as_index(indices, "indices")
-    if indptr.dtype != indices.dtype:  # the C++ kernel takes one index type for both
-        indptr, indices = indptr.astype(np.int64), indices.astype(np.int64)
-    values = np.asarray(values)
-    _check_csr(indptr, indices, values, dense2d.shape[0])
-    values = values.astype(dense2d.dtype, copy=False)
-    native = _native("spmm_csr") if _fits_native(dense2d) else None
-    if native is None:
-        out = reference.spmm_csr(indptr, indices, values, dense2d)
-    else:
-        out = native(indptr, indices, np.ascontiguousarray(values), np.ascontiguousarray(dense2d))
-    return out[:, 0] if vector else out
-
-
-def _check_csr(indptr, indices, values, n_cols):
-    if indptr.shape[0] < 1:
-        raise ShapeError("spmm_csr: indptr needs at least one entry (rows + 1)")
-    if values.shape != indices.shape:
-        raise ShapeError(f"spmm_csr: values shape {values.shape} differs from indices shape {indices.shape}")
-    if indptr[0] != 0 or indptr[-1] != indices.shape[0] or np.any(np.diff(indptr) < 0):
-        raise ShapeError(f"spmm_csr: indptr must rise from 0 to nnz={indices.shape[0]}, "
-                         f"got {int(indptr[0])}..{int(indptr[-1])}")
-    _check_range(indices, n_cols, "spmm_csr indices")
 
 
 # -- fused optimizer update ---------------------------------------------------------------------------

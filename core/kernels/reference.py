@@ -6,7 +6,7 @@ two. Inputs are assumed validated by `mstrain.kernels` (dtypes, shapes, index ra
 """
 import numpy as np
 
-__all__ = ["scatter_add_rows", "segment_sum", "segment_max", "spmm_csr", "segment_softmax", "adam_update"]
+__all__ = ["scatter_add_rows", "segment_sum", "segment_max", "segment_softmax", "adam_update"]
 
 
 def scatter_add_rows(out, index, src):
@@ -35,21 +35,6 @@ def segment_max(data, segment_ids, num_segments, empty_value=0.0):
         np.maximum.at(out, segment_ids, data)
     counts = np.bincount(segment_ids, minlength=num_segments)
     out[counts == 0] = empty_value
-    return out
-
-
-def spmm_csr(indptr, indices, values, dense):
-    """(A @ dense) for the CSR matrix A = (indptr, indices, values) of shape (len(indptr)-1, dense.shape[0]):
-    out[r] = sum_{k in [indptr[r], indptr[r+1])} values[k] * dense[indices[k]]."""
-    n_rows = indptr.shape[0] - 1
-    out = np.zeros((n_rows, dense.shape[1]), dtype=dense.dtype)
-    if indices.shape[0] == 0:
-        return out
-    contributions = values[:, None].astype(dense.dtype, copy=False) * dense[indices]  # (nnz, F)
-    lengths = np.diff(indptr)
-    nonempty = lengths > 0
-    # reduceat on an empty range returns the element itself, so empty rows are left out.
-    out[nonempty] = np.add.reduceat(contributions, indptr[:-1][nonempty], axis=0)
     return out
 
 

@@ -254,18 +254,6 @@ py::array graph_spmm(py::array indptr, py::array indices, py::array values, py::
     });
 }
 
-// Single-head CSR @ dense (the GCN propagation step; core.kernels.spmm_csr): graph_spmm with H = 1.
-py::array spmm_csr(py::array indptr, py::array indices, py::array values, py::array dense) {
-    if (indptr.ndim() != 1 || indices.ndim() != 1 || values.ndim() != 1 || dense.ndim() != 2 ||
-        values.shape(0) != indices.shape(0) || indptr.shape(0) < 1) {
-        throw std::invalid_argument("expected indptr (R+1,), indices (nnz,), values (nnz,), dense (K, F)");
-    }
-    const py::ssize_t rows = indptr.shape(0) - 1, width = dense.shape(1);
-    py::array out = graph_spmm(indptr, indices, values.reshape({values.shape(0), py::ssize_t(1)}),
-                               dense.reshape({dense.shape(0), py::ssize_t(1), width}));
-    return out.reshape({rows, width});
-}
-
 py::array graph_spmm_t(py::array indptr, py::array indices, py::array values, py::array dense, int64_t cols) {
     check_pattern(indptr, indices);
     if (values.ndim() != 2 || dense.ndim() != 3 || values.shape(0) != indices.shape(0) ||
@@ -431,9 +419,7 @@ py::tuple graph_gat_attention_backward(py::array indptr, py::array indices, py::
 }  // namespace mstrain
 
 PYBIND11_MODULE(_graph_csr, m) {
-    m.doc() = "CSR graph kernels: SpMM (single- and multi-head), SDDMM, edge softmax, GAT attention (see core.kernels.graph).";
-    m.def("spmm_csr", &mstrain::spmm_csr, py::arg("indptr"), py::arg("indices"), py::arg("values"),
-          py::arg("dense"));
+    m.doc() = "CSR graph kernels: multi-head SpMM, SDDMM, edge softmax, GAT attention (see mstrain.gnn.kernels.graph).";
     m.def("graph_spmm", &mstrain::graph_spmm, py::arg("indptr"), py::arg("indices"), py::arg("values"),
           py::arg("dense"));
     m.def("graph_spmm_t", &mstrain::graph_spmm_t, py::arg("indptr"), py::arg("indices"), py::arg("values"),
@@ -448,7 +434,4 @@ PYBIND11_MODULE(_graph_csr, m) {
     m.def("graph_gat_attention_backward", &mstrain::graph_gat_attention_backward, py::arg("indptr"),
           py::arg("indices"), py::arg("alpha"), py::arg("grad"), py::arg("src"), py::arg("dst"),
           py::arg("slope"));
-    m.attr("KERNELS") = py::make_tuple("spmm_csr", "graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_csr_softmax",
-                                       "graph_csr_softmax_backward", "graph_gat_attention",
-                                       "graph_gat_attention_backward");
 }
