@@ -33,7 +33,7 @@ from _common import REPO, WARMUP, emit, ratio, record, run_peer  # noqa: E402
 
 WORKLOADS = {"gcn": ("W3a", "gcn-cora"), "gat": ("W3b", "gat-cora")}
 GRAPH_KERNELS = ("graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_gat_attention", "graph_gat_attention_backward")
-CORE_KERNELS = ("segment_sum", "adam_update")
+CORE_KERNELS = ("segment_sum",)
 
 
 def _mstrain_line(model, seeds, first_seed):

@@ -28,7 +28,7 @@ from . import reference
 
 __all__ = [
     "available", "native_kernels", "scatter_add_rows", "segment_sum", "segment_max",
-    "segment_softmax", "adam_update", "adamw_update", "native_module", "kernels_disabled",
+    "segment_softmax", "native_module", "kernels_disabled",
 ]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -234,42 +234,3 @@ def segment_softmax(scores, segment_ids, num_segments):
     if native is None:
         return reference.segment_softmax(scores, segment_ids, num_segments)
     return native(_flat2d(scores), segment_ids, num_segments).reshape(scores.shape)
-
-
-# -- fused optimizer update ---------------------------------------------------------------------------
-def adam_update(param, m, v, grad, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
-                bias_correction1=1.0, bias_correction2=1.0, decoupled_weight_decay=False):
-    """One fused Adam step, in place on param, m, v (same shape and float dtype):
-
-        g  = grad + weight_decay * param          (only when not decoupled: Adam's L2 term)
-        m  = beta1 * m + (1 - beta1) * g
-        v  = beta2 * v + (1 - beta2) * g**2
-        param = param - lr * weight_decay * param (only when decoupled: AdamW)
-        param = param - lr * (m / bias_correction1) / (sqrt(v / bias_correction2) + eps)
-
-    The caller passes bias_correction1 = 1 - beta1**t and bias_correction2 = 1 - beta2**t for step t
-    (or 1.0 for none, as MindSpore's AdamWeightDecay). Returns param.
-    """
-    for name, array in (("param", param), ("m", m), ("v", v)):
-        if not isinstance(array, np.ndarray):
-            raise TypeError(f"adam_update writes in place: {name} must be a numpy array")
-        if array.shape != param.shape or array.dtype != param.dtype:
-            raise ShapeError(f"adam_update: {name} is {array.dtype}{array.shape}, param is "
-                             f"{param.dtype}{param.shape}")
-    grad = np.asarray(grad, dtype=param.dtype)
-    if grad.shape != param.shape:
-        raise ShapeError(f"adam_update: grad shape {grad.shape} differs from param shape {param.shape}")
-    scalars = (float(lr), float(beta1), float(beta2), float(eps), float(weight_decay),
-               float(bias_correction1), float(bias_correction2), bool(decoupled_weight_decay))
-    native = _native("adam_update", param, m, v) if _fits_native(param) else None
-    if native is None:
-        return reference.adam_update(param, m, v, grad, *scalars)
-    native(param.reshape(-1), m.reshape(-1), v.reshape(-1), np.ascontiguousarray(grad).reshape(-1), *scalars)
-    return param
-
-
-def adamw_update(param, m, v, grad, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
-                 bias_correction1=1.0, bias_correction2=1.0):
-    """`adam_update` with decoupled weight decay (AdamW): param -= lr * weight_decay * param."""
-    return adam_update(param, m, v, grad, lr, beta1, beta2, eps, weight_decay,
-                       bias_correction1, bias_correction2, decoupled_weight_decay=True)
