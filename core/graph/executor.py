@@ -11,6 +11,8 @@ Parameters and optimizer state are read by reference; if a Parameter's array is 
 """
 import os
 
+import time
+
 import numpy as np
 
 from . import lowering
@@ -243,17 +245,21 @@ class Executable:
     def run_steps(self, batches, output_index, values, seconds):
         """The loop sink: one execution per batch with no other work per step; output
         `output_index` (a scalar, the loss) of each step goes to `values`, the wall time of each
-        step to `seconds` (left as is when the loop runs in Python)."""
+        step to `seconds`. Several batches loop in C; a single one (a full-batch step per round
+        trip) runs directly, sparing the loop's per-call set-up."""
         self.check_residents()
         kept = self.output_arrays()[output_index]
         program = self.native()
-        if program is not None and isinstance(kept, np.ndarray) and kept.dtype in (np.float32, np.float64):
+        if (len(batches) > 1 and program is not None and isinstance(kept, np.ndarray)
+                and kept.dtype in (np.float32, np.float64)):
             program.loop(self._input_buffers, batches, kept, values, seconds)
             return
         for k, batch in enumerate(batches):
+            start = time.perf_counter()
             self.load_inputs(batch)
             self.step()
             values[k] = kept
+            seconds[k] = time.perf_counter() - start
 
     def stats(self):
         """Counts for logs and benchmarks. copied_bytes: what one step copies from primitives' own
