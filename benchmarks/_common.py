@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PEERS = REPO.parent / "shared" / "peers"
+PEERS = Path(os.environ.get("MSTRAIN_PEERS_DIR", REPO.parent / "shared" / "peers"))  # the peer scripts
 WARMUP = 5
 
 

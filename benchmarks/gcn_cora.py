@@ -32,14 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, WARMUP, emit, ratio, record, run_peer  # noqa: E402
 
 WORKLOADS = {"gcn": ("W3a", "gcn-cora"), "gat": ("W3b", "gat-cora")}
-CPP_KERNELS = ("graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_gat_attention", "graph_gat_attention_backward",
-               "segment_sum", "adam_update")
+GRAPH_KERNELS = ("graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_gat_attention", "graph_gat_attention_backward")
+CORE_KERNELS = ("segment_sum",)
 
 
 def _mstrain_line(model, seeds, first_seed):
     sys.path.insert(0, str(REPO))
     import mstrain.gnn as gnn
     from mstrain import kernels
+    from mstrain.gnn.kernels import graph as graph_kernels
 
     runs = [gnn.train_node_classification(model=model, dataset="cora", root=str(REPO / "data" / "planetoid"),
                                           seed=seed, log_every=0)
@@ -53,7 +54,8 @@ def _mstrain_line(model, seeds, first_seed):
                   epochs_mean=statistics.mean(run["epochs"] for run in runs),
                   tested_epoch_mean=statistics.mean(run["tested_epoch"] for run in runs),
                   warmup_steps=WARMUP, timed_steps=len(steps),
-                  cpp_kernels=[k for k in CPP_KERNELS if kernels.available(k)],
+                  cpp_kernels=[k for k in GRAPH_KERNELS if graph_kernels.available(k)]
+                  + [k for k in CORE_KERNELS if kernels.available(k)],
                   blas_threads=os.environ["OPENBLAS_NUM_THREADS"],
                   omp_threads=os.environ.get("OMP_NUM_THREADS", str(os.cpu_count())))
 

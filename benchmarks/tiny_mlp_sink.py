@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import _common  # noqa: E402
 import mstrain as ms  # noqa: E402
 from mstrain import nn  # noqa: E402
-from mstrain.graph.sink import GraphSinkRunner  # noqa: E402
+from mstrain.train.sink import GraphSinkRunner  # noqa: E402
 
 IN_FEATURES, HIDDEN, CLASSES, BATCH, POOL = 784, 128, 10, 32, 100
 QUALITY_STEP = 100
@@ -107,7 +107,7 @@ def call_allocation(runner, x, y, sink_size):
 
 
 def executable_stats(runner):
-    entry = next(iter(runner._function._cache.values()))
+    entry = runner.compiled_calls()[0]
     program = entry.executable.native()
     stats = entry.executable.stats()
     stats["python_calls_in_loop"] = None if program is None else program.python_calls

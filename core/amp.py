@@ -13,7 +13,10 @@
 assembles loss + loss scale + optimizer into one train cell (what `Model` uses).
 """
 from . import dtype as _dtype
+from . import nn
+from .errors import ParallelConfigError
 from .ops import functional as F
+from .parallel.pipeline import PipelineCell, PipelineTrainOneStepCell
 from .tensor import Tensor
 from .train.loss_scale import DynamicLossScaleManager, LossScaleManager
 
@@ -29,7 +32,6 @@ KEEP_FP32_LIST = ("LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Gro
 
 
 def _nn_classes(names):
-    from . import nn
     return tuple(getattr(nn, n) for n in names if isinstance(getattr(nn, n, None), type))
 
 
@@ -98,8 +100,6 @@ def _default_loss_scale_manager(level):
 def _pipeline_train_network(network, optimizer, loss_fn, level, manager):
     """A PipelineCell (MindSpore's `Model(PipelineCell(net, loss, M), optimizer=opt)`) trains with
     its own 1F1B step; None for any other network."""
-    from .errors import ParallelConfigError
-    from .parallel.pipeline import PipelineCell, PipelineTrainOneStepCell
     if not isinstance(network, PipelineCell):
         return None
     if loss_fn is not None or level != "O0" or manager is not None:
@@ -118,7 +118,6 @@ def build_train_network(network, optimizer, loss_fn=None, level="O0", boost_leve
     O2/O3, float16 by default).
     Without `loss_fn` the network must already return the loss.
     """
-    from . import nn
     level = resolve_level(level)
     if boost_level != "O0":
         raise ValueError(f"boost_level {boost_level!r} is not supported (only 'O0')")
@@ -136,6 +135,6 @@ def build_train_network(network, optimizer, loss_fn=None, level="O0", boost_leve
     network = auto_mixed_precision(network, level, dtype=kwargs.get("cast_model_type") or _dtype.float16,
                                    keep_batchnorm_fp32=kwargs.get("keep_batchnorm_fp32"))
     loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
-    if manager is None:
+    if manager is None:  # the train cell plans itself under the parallel context
         return nn.TrainOneStepCell(loss_network, optimizer)
     return nn.TrainOneStepWithLossScaleCell(loss_network, optimizer, scale_sense=manager.get_update_cell())

@@ -30,7 +30,6 @@ int_ = int32
 long = int64
 
 _FLOATS = frozenset((float16, float32, float64))
-_DEFAULT_FLOAT = float32
 
 
 def is_floating(dtype):

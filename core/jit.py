@@ -140,14 +140,26 @@ def _unflatten(structure, values):
 # The jit function
 # ---------------------------------------------------------------------------------------------
 
-class _Compiled:
-    """One signature's compiled graph and how to rebuild the function's result."""
+class CompiledCall:
+    """One signature's compiled graph, its executable, and how to rebuild the function's result."""
 
     def __init__(self, graph, executable, structure, keep):
         self.graph = graph
         self.executable = executable
         self.structure = structure
         self.keep = keep  # objects whose ids are in the signature, kept alive
+
+    def first_tensor_output(self):
+        """Index, among the executable's outputs, of the first Tensor the function returns (the
+        loss of a training step)."""
+        stack = [self.structure]
+        while stack:
+            node = stack.pop(0)
+            if node[0] == "T":
+                return node[1]
+            if node[0] != "S":
+                stack = [child[1] if node[0] is dict else child for child in node[1:]] + stack
+        raise TypeError(f"{self.graph.name} returns no Tensor")
 
     def result(self, arrays, inputs):
         values = []
@@ -185,6 +197,22 @@ class JitFunction:
         """The optimised graph of each compiled signature."""
         return [entry.graph for entry in self._cache.values()]
 
+    def compiled_calls(self):
+        """The CompiledCall of each compiled signature, oldest first."""
+        return list(self._cache.values())
+
+    def signature_key(self, *args, **kwargs):
+        """The cache key of a call with these arguments (structure, shapes, dtypes, identities and
+        the phase), and the objects whose identities it holds."""
+        leaves, keep = [], []
+        key = (_flatten(args, leaves, keep), _flatten(kwargs, leaves, keep),
+               self.phase() if self.phase else None)
+        return key, leaves, keep
+
+    def compiled_call(self, *args, **kwargs):
+        """The CompiledCall a call with these arguments would run, or None before it is compiled."""
+        return self._cache.get(self.signature_key(*args, **kwargs)[0])
+
     def _check_signature(self, args, kwargs):
         """With an input_signature, every argument is a Tensor of the declared dtype and shape
         (a None dim accepts any size; each size compiles its own graph)."""
@@ -209,9 +237,7 @@ class JitFunction:
             self._check_signature(args, kwargs)
             if _dynamic.is_dynamic_signature(self.input_signature):
                 return self._call_dynamic(args)
-        leaves, keep = [], []
-        key = (_flatten(args, leaves, keep), _flatten(kwargs, leaves, keep),
-               self.phase() if self.phase else None)
+        key, leaves, keep = self.signature_key(*args, **kwargs)
         entry = self._cache.get(key)
         if entry is not None:
             try:
@@ -242,9 +268,7 @@ class JitFunction:
         next call then runs the compiled graph from the same state as the eager call would have."""
         if self.input_signature is not None:
             self._check_signature(args, kwargs)
-        leaves, keep = [], []
-        key = (_flatten(args, leaves, keep), _flatten(kwargs, leaves, keep),
-               self.phase() if self.phase else None)
+        key, _, keep = self.signature_key(*args, **kwargs)
         if key not in self._cache:
             self._compile(key, args, kwargs, keep, undo=True)
 
@@ -274,7 +298,7 @@ class JitFunction:
             set_rng_state(rng_state)
         traced_nodes = len(graph.nodes)
         graph, executable = compile_graph(graph)
-        self._cache[key] = _Compiled(graph, executable, structure, keep)
+        self._cache[key] = CompiledCall(graph, executable, structure, keep)
         self.compile_count += 1
         _compiles[0] += 1
         stats = executable.stats()

@@ -10,14 +10,12 @@ The same in a few lines of your own:
 
     import mstrain as ms
     from mstrain import nn
-    from mstrain.gnn import GCN, Planetoid, NodeClassificationTrainer
+    from mstrain.gnn import GCN, KipfStopping, Planetoid, NodeClassificationTrainer
     graph = Planetoid("data/planetoid", "cora")[0]
     model = GCN(graph.num_features, 16, graph.num_classes)
     trainer = NodeClassificationTrainer(model, graph, nn.Adam(model.trainable_params(), learning_rate=0.01,
                                                               weight_decay=5e-4))
-    for epoch in range(200):
-        loss = trainer.train_epoch()
-        val_loss, val_acc = trainer.evaluate(graph.val_mask)
+    history = trainer.fit(200, callbacks=[KipfStopping(trainer, window=10)])   # mstrain.Model underneath
     test_loss, test_acc = trainer.evaluate(graph.test_mask)
 """
 from .sparse import SparseMatrix, SparsePattern
@@ -27,7 +25,8 @@ from .conv import (AGGREGATIONS, GATConv, GCNConv, MessagePassing, SAGEConv, reg
                    resolve_aggregation)
 from .models import GAT, GCN, GraphSAGE, feature_dropout
 from .sampler import NeighborSampler, SampledBatch
-from .train import NodeClassificationTrainer, STOPPING_RULES
+from .train import (KipfStopping, NodeClassificationLoss, NodeClassificationTrainer, NoStopping,
+                    PatienceStopping, STOPPING_RULES)
 from .experiment import settings_for, train_node_classification
 from . import ops, plot
 
@@ -35,6 +34,7 @@ __all__ = [
     "SparseMatrix", "SparsePattern", "Graph", "add_self_loops", "remove_self_loops", "gcn_norm",
     "Planetoid", "load_planetoid", "DatasetFormatError", "MessagePassing", "GCNConv", "GATConv", "SAGEConv",
     "AGGREGATIONS", "register_aggregation", "resolve_aggregation", "GCN", "GAT", "GraphSAGE",
-    "feature_dropout", "NeighborSampler", "SampledBatch", "NodeClassificationTrainer", "STOPPING_RULES",
+    "feature_dropout", "NeighborSampler", "SampledBatch", "NodeClassificationTrainer", "NodeClassificationLoss",
+    "KipfStopping", "PatienceStopping", "NoStopping", "STOPPING_RULES",
     "train_node_classification", "settings_for", "ops", "plot",
 ]

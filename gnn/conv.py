@@ -79,7 +79,7 @@ def _as_pattern(edges, num_src, num_dst):
         return edges.pattern, None
     if isinstance(edges, Graph):
         return edges.in_edges, edges.edge_order
-    edge_index = np.asarray(edges._data if isinstance(edges, Tensor) else edges)
+    edge_index = np.asarray(edges.asnumpy() if isinstance(edges, Tensor) else edges)
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         raise ShapeError(f"propagate: edge_index must have shape (2, E), got {edge_index.shape}")
     if num_src is None:
@@ -196,10 +196,10 @@ class GCNConv(MessagePassing):
         self._cache = None  # (edges object, normalised SparseMatrix)
 
     def construct(self, x, edges):
-        h = linear(x, self._use(self.weight))  # (N, out)
+        h = linear(x, self.cast_param(self.weight))  # (N, out)
         adjacency = self.normalized_adjacency(edges, _num_rows(h), h.dtype)
         out = self.propagate(adjacency, x=h, edge_weight=adjacency.values)
-        return out + self._use(self.bias) if self.bias is not None else out
+        return out + self.cast_param(self.bias) if self.bias is not None else out
 
     def normalized_adjacency(self, edges, num_nodes, dtype=np.float32):
         """D^-1/2 (A + I) D^-1/2 of `edges` as a SparseMatrix (cached when `cached`)."""
@@ -261,10 +261,10 @@ class GATConv(MessagePassing):
         self._cache = None  # (edges object, pattern with self loops)
 
     def construct(self, x, edges):
-        h = linear(x, self._use(self.weight))  # (N, H*F)
+        h = linear(x, self.cast_param(self.weight))  # (N, H*F)
         pattern = self._pattern(edges, h.shape[0])
         # Both attention vectors of every head as one (H*F, 2H) block-diagonal matrix: one product.
-        att = F.concat([ops.head_blockdiag(self._use(self.att_src)), ops.head_blockdiag(self._use(self.att_dst))],
+        att = F.concat([ops.head_blockdiag(self.cast_param(self.att_src)), ops.head_blockdiag(self.cast_param(self.att_dst))],
                        axis=1)
         score_src, score_dst = F.split(F.matmul(h, att), self.heads, axis=1)  # (N, H) each
         alpha = ops.gat_attention(score_src, score_dst, pattern, self.negative_slope)  # (E, H)
@@ -272,7 +272,7 @@ class GATConv(MessagePassing):
         h = F.reshape(h, (h.shape[0], self.heads, self.out_channels))  # (N, H, F)
         out = self.propagate(pattern, x=h, alpha=alpha)  # (N, H, F)
         out = F.reshape(out, (out.shape[0], -1)) if self.concat else F.mean(out, 1)
-        return out + self._use(self.bias) if self.bias is not None else out
+        return out + self.cast_param(self.bias) if self.bias is not None else out
 
     def _pattern(self, edges, num_nodes):
         if self._cache is not None and self._cache[0] is edges:
@@ -318,8 +318,8 @@ class SAGEConv(MessagePassing):
     def construct(self, x, edges):
         x_src, x_dst = x if isinstance(x, tuple) else (x, x)
         neigh = self.propagate(edges, x=(x_src, x_dst))
-        out = F.matmul(neigh, self._use(self.weight_neigh)) + F.matmul(x_dst, self._use(self.weight_self))
-        return out + self._use(self.bias) if self.bias is not None else out
+        out = F.matmul(neigh, self.cast_param(self.weight_neigh)) + F.matmul(x_dst, self.cast_param(self.weight_self))
+        return out + self.cast_param(self.bias) if self.bias is not None else out
 
     def extend_repr(self):
         return f"{self.in_channels} -> {self.out_channels}, aggr={self.aggr}"

@@ -21,6 +21,7 @@ import mstrain as ms
 from mstrain import nn
 from mstrain.errors import ConfigError
 from mstrain.log import get_logger
+from mstrain.train.callback import Callback
 
 from .models import GAT, GCN
 from .planetoid import Planetoid
@@ -93,19 +94,13 @@ def train_node_classification(model="gcn", dataset="cora", root="data/planetoid"
     ms.set_seed(seed)
     net, optimizer, decayed = _build(model, graph, settings)
     trainer = NodeClassificationTrainer(net, graph, optimizer, settings["amp_level"], settings["loss_scale"])
-    rule = make_stopping_rule(settings["early_stopping"], window=settings["window"], patience=settings["patience"],
-                              l2_weight=settings["weight_decay"], l2_params=decayed)
-    history, start = [], time.perf_counter()
-    for epoch in range(settings["epochs"]):
-        train_loss = trainer.train_epoch()
-        val_loss, val_acc = trainer.evaluate(graph.val_mask)
-        history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_acc": val_acc,
-                        "step_ms": 1e3 * trainer.step_seconds[-1]})
-        if settings["log_every"] and (epoch + 1) % settings["log_every"] == 0:
-            log.info("%s %s seed %d epoch %d: loss %.4f val_loss %.4f val_acc %.4f", model, graph.name, seed,
-                     epoch + 1, train_loss, val_loss, val_acc)
-        if rule.update(trainer, epoch, val_loss, val_acc):
-            break
+    rule = make_stopping_rule(settings["early_stopping"], trainer, window=settings["window"],
+                              patience=settings["patience"], l2_weight=settings["weight_decay"], l2_params=decayed)
+    start = time.perf_counter()
+    callbacks = [rule]
+    if settings["log_every"]:
+        callbacks.insert(0, _EpochLog(trainer, settings["log_every"], f"{model} {graph.name} seed {seed}"))
+    history = trainer.fit(settings["epochs"], callbacks)
     test_acc, val_acc, tested_epoch = rule.finish(trainer)
     result = {"model": model, "dataset": graph.name, "seed": seed, "test_acc": test_acc, "val_acc": val_acc,
               "epochs": len(history), "tested_epoch": tested_epoch, "stop_epoch": rule.stop_epoch,
@@ -117,6 +112,19 @@ def train_node_classification(model="gcn", dataset="cora", root="data/planetoid"
     if settings["output_dir"]:
         result["outputs"] = write_outputs(settings["output_dir"], trainer, result)
     return result
+
+
+class _EpochLog(Callback):
+    """One log line every `every` epochs: training loss and validation figures."""
+
+    def __init__(self, trainer, every, label):
+        self.trainer, self.every, self.label = trainer, every, label
+
+    def on_train_epoch_end(self, run_context):
+        last = self.trainer.history[-1]
+        if last["epoch"] % self.every == 0:
+            get_logger("gnn").info("%s epoch %d: loss %.4f val_loss %.4f val_acc %.4f", self.label, last["epoch"],
+                                   last["train_loss"], last["val_loss"], last["val_acc"])
 
 
 def write_outputs(output_dir, trainer, result):

@@ -21,7 +21,7 @@ Per-entry data has shape (nnz,) or (nnz, H) (H heads); node data (N, F) or (N, H
 import numpy as np
 
 from mstrain import kernels
-from mstrain.kernels import graph as graph_kernels
+from .kernels import graph as graph_kernels
 from mstrain.ops import defop
 from mstrain.ops import functional as F
 from mstrain import Tensor
@@ -32,7 +32,7 @@ __all__ = ["spmm", "spmm_t", "scatter_source", "sddmm", "edge_softmax", "gat_att
 
 
 def _array(x):
-    return x._data if isinstance(x, Tensor) else np.asarray(x)
+    return x.asnumpy() if isinstance(x, Tensor) else np.asarray(x)
 
 
 def _run_heads(kernel, values, dense, *args):
@@ -302,5 +302,5 @@ def _(ctx, g):
 
 def segment_mean(x, pattern):
     """mean over the entries of each row; empty rows are 0."""
-    degree = np.maximum(pattern.degree, 1).astype(_array(x).dtype)
+    degree = np.maximum(pattern.degree, 1).astype(x.dtype)
     return F.div(segment_sum(x, pattern), degree.reshape((-1,) + (1,) * (x.ndim - 1)))

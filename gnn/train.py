@@ -1,12 +1,16 @@
-"""Full-batch node-classification training: one step per epoch, the papers' early-stopping rules,
-and optional mixed precision (amp O2: float16 compute, float32 master weights, dynamic loss scale).
+"""Full-batch node-classification training through `mstrain.Model`: one compiled step per epoch,
+the papers' early-stopping rules as callbacks, and optional mixed precision (amp O2: float16
+compute, float32 master weights, a dynamic loss scale in the standard loss-scaled train cell).
 
     trainer = NodeClassificationTrainer(model, graph, optimizer)
-    trainer.train_epoch()                    # forward on the whole graph, loss on the train nodes, update
-    trainer.evaluate(graph.val_mask)         # (loss, accuracy) in eval mode
+    trainer.fit(200, callbacks=[KipfStopping(trainer, window=10)])
+    trainer.evaluate(graph.test_mask)        # (loss, accuracy) in eval mode
 
-Early stopping is a registry (`STOPPING_RULES`): 'kipf' (Kipf & Welling's window rule), 'patience'
-(Velickovic et al.'s rule), 'none'.
+Each epoch is one `Model.train` step over the whole graph (forward, loss on the training nodes,
+backward, update; in sink mode, compiled once, without amp), then the validation loss and accuracy are put in
+the run context's `eval_results` ('val_loss', 'val_acc') for the callbacks after it. Early
+stopping is a registry of callbacks (`STOPPING_RULES`): 'kipf' (Kipf & Welling's window rule),
+'patience' (Velickovic et al.'s rule), 'none'.
 """
 import math
 import time
@@ -14,21 +18,39 @@ import time
 import numpy as np
 
 import mstrain as ms
+from mstrain import Model, Tensor, nn
 from mstrain.errors import ConfigError
 from mstrain.ops import functional as F
-from mstrain import Tensor
 from mstrain.train import DynamicLossScaleManager
+from mstrain.train.callback import Callback
 
-__all__ = ["NodeClassificationTrainer", "KipfStopping", "PatienceStopping", "NoStopping", "STOPPING_RULES",
-           "make_stopping_rule"]
+__all__ = ["NodeClassificationTrainer", "NodeClassificationLoss", "KipfStopping", "PatienceStopping",
+           "NoStopping", "STOPPING_RULES", "make_stopping_rule"]
+
+
+class NodeClassificationLoss(nn.Cell):
+    """Mean cross-entropy of `network(graph.x, graph)` over the training nodes, taken in float32
+    (the network may compute in float16). Called with the training labels."""
+
+    def __init__(self, network, graph):
+        super().__init__(auto_prefix=False)
+        self.network = network
+        self.graph = graph
+        self.train_index = np.flatnonzero(graph.train_mask)
+
+    def construct(self, labels):
+        picked = F.getitem(self.network(self.graph.x, self.graph), self.train_index)
+        if picked.dtype != ms.float32:
+            picked = F.cast(picked, ms.float32)
+        return F.mean(F.softmax_cross_entropy(picked, labels))
 
 
 class NodeClassificationTrainer:
-    """Trains `model(x, graph) -> logits` on `graph` with `optimizer`, full batch.
+    """Trains `model(x, graph) -> logits` on `graph` with `optimizer`, full batch, through Model.
 
-    amp_level 'O2' computes the network in float16 (`Cell.to_float`), keeps the Parameters in float32,
-    takes the loss in float32, multiplies it by a dynamic loss scale and skips the update (halving the
-    scale) when a gradient overflows.
+    amp_level 'O2' computes the network in float16, keeps the Parameters in float32, takes the loss
+    in float32 and scales it by a dynamic loss scale (MindSpore's O2 default: halved on overflow,
+    when the step is skipped, doubled after 2000 clean steps).
     """
 
     def __init__(self, model, graph, optimizer, amp_level="O0", loss_scale=2.0 ** 16):
@@ -37,65 +59,25 @@ class NodeClassificationTrainer:
                               key="amp_level")
         self.model, self.graph, self.optimizer = model, graph, optimizer
         self.params = optimizer.parameters
-        self.train_index = np.flatnonzero(graph.train_mask)
-        self.train_labels = Tensor(graph.y[self.train_index].astype(np.int32))
         self.amp_level = amp_level
-        # MindSpore's O2 default: a dynamic scale, halved on overflow, doubled after 2000 clean steps.
-        self.scaler = DynamicLossScaleManager(loss_scale, 2, 2000).get_update_cell() if amp_level == "O2" else None
-        if amp_level == "O2":
-            model.to_float(ms.float16)
-        self.step_seconds = []
+        self.loss_network = NodeClassificationLoss(model, graph)
+        manager = DynamicLossScaleManager(loss_scale, 2, 2000) if amp_level == "O2" else None
+        self.scaler = None if manager is None else manager.get_update_cell()
+        self.engine = Model(self.loss_network, optimizer=optimizer, amp_level=amp_level,
+                            loss_scale_manager=manager)
+        self.batches = [(Tensor(graph.y[self.loss_network.train_index].astype(np.int32)),)]
+        # O0 runs each epoch as the compiled step (sink mode). The loss-scaled O2 step runs eagerly
+        # for now: its fused form does not yet keep an overflowed float16 step out of the Adam state.
+        self.compiled = amp_level == "O0"
+        self.history = []       # per epoch: epoch, train_loss, val_loss, val_acc, step_ms
+        self.step_seconds = []  # wall time of each epoch's training step (host round trip included)
         self.skipped_steps = 0
-        self._grad_fn = ms.value_and_grad(self._scaled_loss, None, self.params)
-        # Without loss scaling the whole step (forward, backward, optimizer) runs as one compiled graph:
-        # faster than op-by-op dispatch (GCN ~2x, GAT ~4x on Cora). Loss scaling decides on gradient
-        # values at each step, so the amp step stays eager.
-        self._compiled_step = ms.jit(self._step) if amp_level == "O0" else None
 
-    # -- the training step ---------------------------------------------------------------------------
-    def _train_loss(self, logits):
-        """Mean cross-entropy of the training nodes (computed in float32 under amp)."""
-        picked = F.getitem(logits, self.train_index)
-        if picked.dtype != ms.float32:
-            picked = F.cast(picked, ms.float32)
-        return F.mean(F.softmax_cross_entropy(picked, self.train_labels))
-
-    def _scaled_loss(self):
-        loss = self._train_loss(self.model(self.graph.x, self.graph))
-        return loss * self.scaler.loss_scale if self.scaler is not None else loss
-
-    def _step(self):
-        loss, grads = self._grad_fn()
-        self.optimizer(grads)
-        return loss
-
-    def train_epoch(self):
-        """One full-batch step; returns the training loss (of the dropped-out forward pass)."""
-        start = time.perf_counter()
-        self.model.set_train(True)
-        if self._compiled_step is not None:
-            loss = float(self._compiled_step().asnumpy())
-            self.step_seconds.append(time.perf_counter() - start)
-            return loss
-        if self.scaler is None:
-            loss, grads = self._grad_fn()
-        else:  # float16 overflow is expected now and then: detected below, the step is skipped
-            with np.errstate(over="ignore", invalid="ignore"):
-                loss, grads = self._grad_fn()
-        loss = float(loss.asnumpy())
-        if self.scaler is not None:
-            scale = self.scaler.loss_scale
-            overflow = not all(np.isfinite(g._data).all() for g in grads)
-            self.scaler.update(overflow)
-            loss /= scale
-            if overflow:
-                self.skipped_steps += 1
-                self.step_seconds.append(time.perf_counter() - start)
-                return loss
-            grads = tuple(g * (1.0 / scale) for g in grads)
-        self.optimizer(grads)
-        self.step_seconds.append(time.perf_counter() - start)
-        return loss
+    def fit(self, epochs, callbacks=()):
+        """Train up to `epochs` epochs (callbacks may stop earlier); returns the history."""
+        recorder = _EpochRecorder(self)
+        self.engine.train(epochs, self.batches, callbacks=[recorder, *callbacks], dataset_sink_mode=self.compiled)
+        return self.history
 
     # -- evaluation ----------------------------------------------------------------------------------
     def logits(self):
@@ -130,15 +112,52 @@ class NodeClassificationTrainer:
         return 1e3 * float(np.median(timed)) if timed else math.nan
 
 
-# ---- early-stopping rules --------------------------------------------------------------------------
+class _EpochRecorder(Callback):
+    """Times each epoch's step, counts skipped (overflowed) steps, validates after each epoch and
+    puts 'val_loss' / 'val_acc' in the run context's eval_results for the callbacks after it."""
 
-class NoStopping:
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self._start = self._scale = None
+
+    def on_train_step_begin(self, run_context):
+        scaler = self.trainer.scaler
+        self._scale = None if scaler is None else scaler.loss_scale
+        self._start = time.perf_counter()
+
+    def on_train_step_end(self, run_context):
+        trainer = self.trainer
+        trainer.step_seconds.append(time.perf_counter() - self._start)
+        # a dynamic scale shrinks exactly on an overflowed (skipped) step, unless already at 1
+        if self._scale is not None and trainer.scaler.loss_scale < self._scale:
+            trainer.skipped_steps += 1
+
+    def on_train_epoch_end(self, run_context):
+        trainer, args = self.trainer, run_context.original_args()
+        val_loss, val_acc = trainer.evaluate(trainer.graph.val_mask)
+        trainer.model.set_train(True)  # the compiled step was traced in training mode
+        args.eval_results.update(val_loss=val_loss, val_acc=val_acc)
+        trainer.history.append({"epoch": args.cur_epoch_num, "train_loss": args.loss,
+                                "val_loss": val_loss, "val_acc": val_acc, "step_ms": 1e3 * trainer.step_seconds[-1]})
+
+
+# ---- early-stopping rules (callbacks reading eval_results' val_loss and val_acc) ---------------------
+
+class NoStopping(Callback):
     """Train every epoch; test the last parameters."""
 
-    def __init__(self, **_):
+    def __init__(self, trainer=None, **_):
+        self.trainer = trainer
         self.stop_epoch = None
 
+    def on_train_epoch_end(self, run_context):
+        args = run_context.original_args()
+        results = args.eval_results
+        if self.update(self.trainer, args.cur_epoch_num - 1, results["val_loss"], results["val_acc"]):
+            run_context.request_stop()
+
     def update(self, trainer, epoch, val_loss, val_acc):
+        """Take epoch `epoch`'s (0-based) validation figures; True to stop after it."""
         return False
 
     def finish(self, trainer):
@@ -153,8 +172,8 @@ class KipfStopping(NoStopping):
     cross-entropy plus the L2 term on the decayed parameters, exceeds the mean of the previous
     `window` epochs; test the parameters of that epoch."""
 
-    def __init__(self, window=10, l2_weight=0.0, l2_params=(), **_):
-        super().__init__()
+    def __init__(self, trainer=None, window=10, l2_weight=0.0, l2_params=(), **_):
+        super().__init__(trainer)
         self.window, self.l2_weight, self.l2_params = window, l2_weight, list(l2_params)
         self.costs = []
 
@@ -171,8 +190,8 @@ class PatienceStopping(NoStopping):
     """Velickovic et al. (2018), as their code: stop when neither validation accuracy nor loss has
     improved for `patience` epochs; test the parameters of the last epoch that improved both."""
 
-    def __init__(self, patience=100, **_):
-        super().__init__()
+    def __init__(self, trainer=None, patience=100, **_):
+        super().__init__(trainer)
         self.patience = patience
         self.best_acc, self.best_loss, self.waited = 0.0, math.inf, 0
         self.best_state, self.best_epoch = None, 0
@@ -200,9 +219,9 @@ class PatienceStopping(NoStopping):
 STOPPING_RULES = {"kipf": KipfStopping, "patience": PatienceStopping, "none": NoStopping}
 
 
-def make_stopping_rule(name, **kwargs):
-    """The early-stopping rule `name`; an unknown name lists the known ones."""
+def make_stopping_rule(name, trainer=None, **kwargs):
+    """The early-stopping callback `name` for `trainer`; an unknown name lists the known ones."""
     if name not in STOPPING_RULES:
         raise ConfigError(f"unknown early-stopping rule {name!r}; known: {', '.join(sorted(STOPPING_RULES))}",
                           key="early_stopping")
-    return STOPPING_RULES[name](**kwargs)
+    return STOPPING_RULES[name](trainer, **kwargs)

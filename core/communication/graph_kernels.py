@@ -463,13 +463,30 @@ def _builders():
                                                                 a(n, "op", "sum")),
         "scatter_to_region": lambda n, i, o: slice_kernel(i[0], o[0], _own_chunk_index(i[0], a(n, "group"),
                                                                                        a(n, "axis", -1))),
+    }
+
+
+def _redistribution_builders():
+    def a(node, key, default=None):
+        return node.attrs.get(key, default)
+    return {
         "spmd_gather_full": lambda n, i, o: gather_layout_kernel(i[0], o[0], a(n, "layout"), a(n, "group")),
         "spmd_slice_block": lambda n, i, o: slice_kernel(i[0], o[0], _block_index(a(n, "src"), a(n, "dst"),
                                                                                   a(n, "rank"))),
     }
 
 
+def _register_all(builders):
+    from ..ops.primitive import register_rule
+    for name, build in builders.items():
+        register_rule("host_kernel", name)(build)
+
+
 def register():
-    """Give the executor these kernels (called when mstrain.communication is imported)."""
-    from ..graph import lowering
-    lowering.HOST_KERNELS.update(_builders())
+    """Give the executor the collectives' kernels (called when mstrain.communication is imported)."""
+    _register_all(_builders())
+
+
+def register_redistribution():
+    """The same for the layout changes of mstrain.parallel.spmd (called when it defines them)."""
+    _register_all(_redistribution_builders())

@@ -18,18 +18,21 @@ import typing
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from ..sinking import sink_size_problem
+
 __all__ = ["option", "section", "JobConfig", "TrainConfig", "OptimizerConfig", "ParallelConfig",
            "DataConfig", "field_help"]
 
 
-def option(default=dataclasses.MISSING, help="", *, choices=None, low=None, high=None,
+def option(default=dataclasses.MISSING, help="", *, choices=None, low=None, high=None, check=None,
            default_factory=dataclasses.MISSING):
-    """A documented schema field. Lists/dicts as defaults are copied per instance."""
+    """A documented schema field. Lists/dicts as defaults are copied per instance. `check(value)`
+    returns why a value is refused (one line), or None: for rules that bounds cannot say."""
     if not help:
         raise ValueError("every config key needs a help text")
     if isinstance(default, (list, dict, set)):
         default, default_factory = dataclasses.MISSING, (lambda value=default: type(value)(value))
-    metadata = {"help": help, "choices": choices, "low": low, "high": high}
+    metadata = {"help": help, "choices": choices, "low": low, "high": high, "check": check}
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
@@ -59,7 +62,8 @@ class TrainConfig:
     mode: str = option("pynative", "execution mode: op-by-op eager or one traced graph per step",
                        choices=("pynative", "graph"))
     dataset_sink_mode: bool = option(False, "run sink_size steps per host round trip (Model.train)")
-    sink_size: int = option(-1, "steps per sink; -1 = the whole dataset each epoch", low=-1)
+    sink_size: int = option(-1, "steps per epoch in sink mode: -1 = the whole dataset, N > 0 = N steps",
+                            check=sink_size_problem)
     amp_level: str = option("O0", "mixed precision level (MindSpore amp_level)",
                             choices=("O0", "O1", "O2", "O3"))
     log_every: int = option(100, "steps between loss log lines; 0 = one progress line per epoch", low=0)

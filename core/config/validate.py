@@ -131,6 +131,10 @@ class _Validator:
             if isinstance(item, (int, float)) and not isinstance(item, bool):
                 if (low is not None and item < low) or (high is not None and item > high):
                     self.fail(key, f"{_show(item)} is outside [{_bound(low, '-inf')}, {_bound(high, 'inf')}]")
+        check = field.metadata.get("check")
+        problem = None if check is None else check(value)
+        if problem is not None:
+            self.fail(key, problem)
 
 
 # -- scalar conversion -------------------------------------------------------------------------------

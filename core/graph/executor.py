@@ -11,6 +11,8 @@ Parameters and optimizer state are read by reference; if a Parameter's array is 
 """
 import os
 
+import time
+
 import numpy as np
 
 from . import lowering
@@ -190,7 +192,7 @@ class Executable:
         outs = [arrays.get(id(o)) for o in self._outputs_of(node)]
         if node.op == "fused":
             return node.value.build(ins, outs)
-        host = lowering.HOST_KERNELS.get(node.prim.name)
+        host = node.prim.host_kernel
         if host is not None and all(isinstance(o, np.ndarray) for o in outs):
             kernel = host(node, ins, outs)
             if kernel is not None:
@@ -211,7 +213,8 @@ class Executable:
             self._native = NativeProgram(self.plan) if runtime() is not None else False
         return self._native or None
 
-    def _check_residents(self):
+    def check_residents(self):
+        """Rebind when a resident's storage was replaced since binding (a checkpoint loaded, ...)."""
         for holder, array in self._bound:
             if holder._data is not array:
                 self.bind()
@@ -237,7 +240,7 @@ class Executable:
 
     def run(self, inputs):
         """One execution: load `inputs`, run, return copies of the outputs (residents by reference)."""
-        self._check_residents()
+        self.check_residents()
         self.load_inputs(inputs)
         self.step()
         result = []
@@ -250,6 +253,25 @@ class Executable:
                 value = self._arrays[id(node)]
                 result.append(value.copy() if isinstance(value, np.ndarray) else value)
         return result
+
+    def run_steps(self, batches, output_index, values, seconds):
+        """The loop sink: one execution per batch with no other work per step; output
+        `output_index` (a scalar, the loss) of each step goes to `values`, the wall time of each
+        step to `seconds`. Several batches loop in C; a single one (a full-batch step per round
+        trip) runs directly, sparing the loop's per-call set-up."""
+        self.check_residents()
+        kept = self.output_arrays()[output_index]
+        program = self.native()
+        if (len(batches) > 1 and program is not None and isinstance(kept, np.ndarray)
+                and kept.dtype in (np.float32, np.float64)):
+            program.loop(self._input_buffers, batches, kept, values, seconds)
+            return
+        for k, batch in enumerate(batches):
+            start = time.perf_counter()
+            self.load_inputs(batch)
+            self.step()
+            values[k] = kept
+            seconds[k] = time.perf_counter() - start
 
     def stats(self):
         """Counts for logs and benchmarks. copied_bytes: what one step copies from primitives' own

@@ -1,7 +1,7 @@
 """Expanders (graph kernel fusion's first step): composite ops become elementwise ops + reductions.
 
-softmax, log_softmax, layer norm (forward and backward), sparse softmax cross-entropy, one-hot
-and dense layers are single primitives with numpy kernels. Written out in basic ops over the
+softmax, log_softmax, layer norm (forward and backward), sparse softmax cross-entropy and one-hot
+are single primitives with numpy kernels. Written out in basic ops over the
 last axis they fuse with their neighbours into one row kernel: the loss and its gradient, or
 LayerNorm -> GELU -> dropout. Each expander computes what the primitive's numpy kernel computes,
 in the same order of operations; an op used another way (softmax over another axis) is kept.
@@ -148,15 +148,6 @@ def _one_hot(b, node):
     return b.call("cast", _hot(b, labels, attrs["depth"]), dtype=node.dtype)
 
 
-def _dense(b, node):
-    """x @ w.T (+ b): the bias add can then fuse with the activation after it."""
-    x, weight = node.inputs[:2]
-    if len(weight.shape) != 2:
-        return None
-    out = b.call("matmul", x, b.call("transpose", weight, axes=None))
-    return b.call("add", out, node.inputs[2]) if len(node.inputs) > 2 else out
-
-
 def _bernoulli_mask(b, node):
     x = node.inputs[0]
     if x.op == "const" or x.dtype is None or x.shape is None:
@@ -165,16 +156,13 @@ def _bernoulli_mask(b, node):
     return Node("call", (stand_in,), node.prim, dict(node.attrs), shape=node.shape, dtype=node.dtype)
 
 
-EXPANDERS = {
-    "bernoulli_mask": _bernoulli_mask,
-    "dense": _dense,
-    "dense_no_bias": _dense,
-    "softmax": _softmax,
-    "softmax_grad": _softmax_grad,
-    "log_softmax": _log_softmax,
-    "layer_norm": _layer_norm,
-    "layer_norm_normalize": _layer_norm_normalize,
-    "layer_norm_backward": _layer_norm_backward,
-    "softmax_cross_entropy": _softmax_cross_entropy,
-    "one_hot": _one_hot,
-}
+# Each expander lives on its primitive (Primitive.expander); an unknown name fails here.
+primitive.register_rule("expander", "bernoulli_mask")(_bernoulli_mask)
+primitive.register_rule("expander", "softmax")(_softmax)
+primitive.register_rule("expander", "softmax_grad")(_softmax_grad)
+primitive.register_rule("expander", "log_softmax")(_log_softmax)
+primitive.register_rule("expander", "layer_norm")(_layer_norm)
+primitive.register_rule("expander", "layer_norm_normalize")(_layer_norm_normalize)
+primitive.register_rule("expander", "layer_norm_backward")(_layer_norm_backward)
+primitive.register_rule("expander", "softmax_cross_entropy")(_softmax_cross_entropy)
+primitive.register_rule("expander", "one_hot")(_one_hot)

@@ -168,11 +168,10 @@ def _increment_step(b, node):
     return [w.assign(step, b.call("add", step, 1))]
 
 
-OPTIMIZER_EXPANDERS = {
-    "optimizer_step_increment": _increment_step,
-    "apply_gradient_descent": _apply_gradient_descent,
-    "apply_momentum": _apply_momentum,
-    "apply_sgd": _apply_sgd,
-    "apply_adam": _apply_adam,
-    "apply_adam_weight_decay": _apply_adam_weight_decay,
-}
+# Each expander lives on its primitive (Primitive.expander); an unknown name fails here.
+primitive.register_rule("expander", "optimizer_step_increment")(_increment_step)
+primitive.register_rule("expander", "apply_gradient_descent")(_apply_gradient_descent)
+primitive.register_rule("expander", "apply_momentum")(_apply_momentum)
+primitive.register_rule("expander", "apply_sgd")(_apply_sgd)
+primitive.register_rule("expander", "apply_adam")(_apply_adam)
+primitive.register_rule("expander", "apply_adam_weight_decay")(_apply_adam_weight_decay)

@@ -18,11 +18,10 @@ import heapq
 import numpy as np
 
 from .codegen import SUPPORTED
-from .expand import EXPANDERS, Builder
-from .expand_optim import OPTIMIZER_EXPANDERS
+from .expand import Builder
 from .group import FusedGroup
 from .ir import Graph, Node, rewrite
-from .lowering import HOST_KERNELS, OUT_KERNELS
+from . import lowering  # noqa: F401  (registers the out= kernels on their primitives)
 
 _REDUCTIONS = ("sum", "mean", "max", "min")
 
@@ -36,7 +35,7 @@ def expand_composites(graph):
             return expanded[id(node.inputs[0])][node.value]
         if node.op != "call":
             return None
-        expander = EXPANDERS.get(node.prim.name) or OPTIMIZER_EXPANDERS.get(node.prim.name)
+        expander = node.prim.expander
         result = expander(builder, node) if expander else None
         if isinstance(result, tuple):
             expanded[id(node)] = result
@@ -234,12 +233,12 @@ def _worth_a_kernel(group, distributed=False):
     if len(calls) > 1 or group.reduce or group.mode == "axes" or len(calls) < len(group.members):
         return True
     lone = len(calls) == 1 and calls[0].prim.kind == "elementwise"
-    return lone and (distributed or calls[0].prim.name not in OUT_KERNELS)
+    return lone and (distributed or calls[0].prim.lowering is None)
 
 
 def _is_distributed(graph):
-    """True when the graph holds a collective (a primitive with a host kernel, see lowering)."""
-    return any(n.op == "call" and n.prim.name in HOST_KERNELS for n in graph.nodes)
+    """True when the graph holds a collective (a primitive with a host kernel)."""
+    return any(n.op == "call" and n.prim.host_kernel is not None for n in graph.nodes)
 
 
 # ---------------------------------------------------------------------------------------------

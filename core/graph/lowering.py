@@ -4,11 +4,14 @@ The executor asks `out_kernel(node, inputs, out)` for a zero-argument callable t
 node's value into `out`. Each entry computes exactly what the primitive's numpy `impl` computes
 (the same numpy function, only told where to write), so graphs give eager's numbers; the tests
 check every entry against its primitive's impl. A node with no entry runs its impl and copies the
-result into `out` (one temporary per run).
+result into `out` (one temporary per run). Each entry is registered on its Primitive
+(`Primitive.lowering`), the op's one home.
 """
 from functools import partial
 
 import numpy as np
+
+from ..ops.primitive import register_rule
 
 
 def _ufunc(ufunc):
@@ -36,14 +39,17 @@ def _sequence(*steps):
     return run
 
 
+@register_rule("lowering", "rsqrt")
 def _rsqrt(node, ins, out):
     return _sequence(partial(np.sqrt, ins[0], out), partial(np.divide, 1.0, out, out))
 
 
+@register_rule("lowering", "cast")
 def _cast(node, ins, out):
     return partial(np.copyto, out, ins[0], casting="unsafe")
 
 
+@register_rule("lowering", "where")
 def _where(node, ins, out):
     condition, x, y = ins
     return _sequence(partial(np.copyto, out, y, casting="unsafe"),
@@ -61,6 +67,7 @@ def _reduction(fn):
     return build
 
 
+@register_rule("lowering", "mean")
 def _mean(node, ins, out):
     """np.mean on a float32/float64 array is add.reduce, then a true_divide by the count as an intp
     (what numpy's _mean does), here without its Python wrapper."""
@@ -84,6 +91,7 @@ def _ufunc_reduction(ufunc):
     return build
 
 
+@register_rule("lowering", "sum_to")
 def _sum_to(node, ins, out):
     x, shape = ins[0], tuple(node.attrs["shape"])
     lead = np.ndim(x) - len(shape)
@@ -95,21 +103,9 @@ def _sum_to(node, ins, out):
     return partial(np.add.reduce, x, axes, None, out.reshape(kept), True)
 
 
+@register_rule("lowering", "relu")
 def _relu(node, ins, out):
     return partial(np.maximum, ins[0], 0, out=out)
-
-
-def _dense(node, ins, out):
-    x, weight = ins[0], ins[1]
-    steps = [partial(np.matmul, x, weight.T, out)]
-    if len(ins) > 2:
-        steps.append(partial(np.add, out, ins[2], out))
-    return _sequence(*steps) if len(steps) > 1 else steps[0]
-
-
-def _dense_weight_grad(node, ins, out):
-    g, x = ins
-    return partial(np.matmul, g.T, x, out)
 
 
 def _zeroed(scatter):
@@ -128,6 +124,7 @@ def _take_mode(node):
     return "wrap" if node.inputs[1].op == "const" else "raise"
 
 
+@register_rule("lowering", "gather")
 def _gather(node, ins, out):
     x, indices = ins
     if not isinstance(x, np.ndarray) or not isinstance(indices, np.ndarray) or indices.dtype.kind not in "iu":
@@ -135,6 +132,7 @@ def _gather(node, ins, out):
     return partial(np.take, x, indices, node.attrs.get("axis", 0), out, _take_mode(node))
 
 
+@register_rule("lowering", "unsorted_segment_sum")
 @_zeroed
 def _segment_sum(node, ins, out):
     x, ids = ins
@@ -150,6 +148,7 @@ def _segment_sum(node, ins, out):
     return _sequence(partial(_check_segments, flat, num_segments), add)
 
 
+@register_rule("lowering", "gather_backward")
 @_zeroed
 def _gather_backward(node, ins, out):
     g, indices = ins
@@ -159,44 +158,37 @@ def _gather_backward(node, ins, out):
     return partial(scatter_add_rows, out, indices, g)
 
 
+@register_rule("lowering", "concat")
 def _concat(node, ins, out):
     if not all(isinstance(x, np.ndarray) for x in ins):
         return None
     return partial(np.concatenate, ins, node.attrs.get("axis", 0), out)
 
 
-OUT_KERNELS = {
-    "add": _ufunc(np.add), "sub": _ufunc(np.subtract), "mul": _ufunc(np.multiply),
-    "div": _float_divide, "pow": _ufunc(np.power), "maximum": _keyword_out(np.maximum),
-    "minimum": _keyword_out(np.minimum), "neg": _ufunc(np.negative), "exp": _ufunc(np.exp),
-    "log": _ufunc(np.log), "sqrt": _ufunc(np.sqrt), "abs": _ufunc(np.absolute),
-    "square": _ufunc(np.square), "sin": _ufunc(np.sin), "cos": _ufunc(np.cos),
-    "floor": _ufunc(np.floor), "sign": _ufunc(np.sign), "tanh": _ufunc(np.tanh),
-    "less": _ufunc(np.less), "less_equal": _ufunc(np.less_equal), "greater": _ufunc(np.greater),
-    "greater_equal": _ufunc(np.greater_equal), "equal": _ufunc(np.equal),
-    "not_equal": _ufunc(np.not_equal), "logical_and": _ufunc(np.logical_and),
-    "logical_or": _ufunc(np.logical_or), "logical_not": _ufunc(np.logical_not),
-    "isfinite": _ufunc(np.isfinite), "floor_div": _ufunc(np.floor_divide), "mod": _ufunc(np.mod),
-    "matmul": _ufunc(np.matmul), "rsqrt": _rsqrt, "cast": _cast, "where": _where, "relu": _relu,
-    "sum": _ufunc_reduction(np.add), "mean": _mean, "max": _ufunc_reduction(np.maximum),
-    "min": _ufunc_reduction(np.minimum), "prod": _ufunc_reduction(np.multiply), "sum_to": _sum_to,
-    "dense": _dense, "dense_no_bias": _dense,
-    "dense_weight_grad": _dense_weight_grad,
-    "gather": _gather, "unsorted_segment_sum": _segment_sum, "gather_backward": _gather_backward,
-    "concat": _concat,
-}
+_UFUNC_OUT = (  # ufuncs that take `out` positionally
+    ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("pow", np.power),
+    ("neg", np.negative), ("exp", np.exp), ("log", np.log), ("sqrt", np.sqrt), ("abs", np.absolute),
+    ("square", np.square), ("sin", np.sin), ("cos", np.cos), ("floor", np.floor), ("sign", np.sign),
+    ("tanh", np.tanh), ("less", np.less), ("less_equal", np.less_equal), ("greater", np.greater),
+    ("greater_equal", np.greater_equal), ("equal", np.equal), ("not_equal", np.not_equal),
+    ("logical_and", np.logical_and), ("logical_or", np.logical_or), ("logical_not", np.logical_not),
+    ("isfinite", np.isfinite), ("floor_div", np.floor_divide), ("mod", np.mod), ("matmul", np.matmul),
+)
+for _name, _function in _UFUNC_OUT:
+    register_rule("lowering", _name)(_ufunc(_function))
+register_rule("lowering", "maximum")(_keyword_out(np.maximum))
+register_rule("lowering", "minimum")(_keyword_out(np.minimum))
+register_rule("lowering", "sum")(_ufunc_reduction(np.add))
+register_rule("lowering", "max")(_ufunc_reduction(np.maximum))
+register_rule("lowering", "min")(_ufunc_reduction(np.minimum))
+register_rule("lowering", "prod")(_ufunc_reduction(np.multiply))
+register_rule("lowering", "div")(_float_divide)
 
 
 def out_kernel(node, ins, out):
     """A callable computing `node` into `out` with no allocation, or None when there is no entry."""
-    build = OUT_KERNELS.get(node.prim.name)
+    build = node.prim.lowering
     return None if build is None else build(node, ins, out)
-
-
-# Kernels for primitives with an effect outside the process (collectives), registered by the
-# modules defining them: name -> builder(node, inputs, outputs) returning a zero-argument kernel
-# over the bound buffers (with `native` C steps when it has them), or None for the impl path.
-HOST_KERNELS = {}
 
 
 def impl_kernel(node, ins, outs):

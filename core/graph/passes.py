@@ -7,6 +7,7 @@ merged, and pure calls are not merged across such an update (they could read the
 """
 import numpy as np
 
+from ..ops.primitive import get as get_primitive, register_rule
 from .ir import Graph, Node, live_nodes, rewrite
 
 
@@ -52,7 +53,7 @@ def constant_folding(graph):
 
 
 # ---------------------------------------------------------------------------------------------
-# Algebraic simplification: a table of rules per primitive name
+# Algebraic simplification: rewrite rules registered on the primitives
 # ---------------------------------------------------------------------------------------------
 
 def _const_equals(node, number):
@@ -97,7 +98,7 @@ def _times_minus_one(node):
     for k in (0, 1):
         x, other = node.inputs[k], node.inputs[1 - k]
         if _const_equals(other, -1) and _same_type(node, x) and x.op != "const":
-            return Node("call", (x,), _prim("neg"), {}, shape=node.shape, dtype=node.dtype)
+            return Node("call", (x,), get_primitive("neg"), {}, shape=node.shape, dtype=node.dtype)
     return None
 
 
@@ -119,33 +120,26 @@ def _swap_twice(node):
     return None
 
 
-def _prim(name):
-    from ..ops import primitive
-    return primitive.get(name)
-
-
-SIMPLIFY_RULES = {
-    "identity": [lambda node: node.inputs[0]],
-    "add": [_drop_neutral(0, 0), _drop_neutral(1, 0)],
-    "sub": [_drop_neutral(0, 0)],
-    "mul": [_drop_neutral(0, 1), _drop_neutral(1, 1), _times_minus_one],
-    "div": [_drop_neutral(0, 1)],
-    "pow": [_drop_neutral(0, 1)],
-    "neg": [_double_negation],
-    "cast": [_passthrough],
-    "broadcast_to": [_passthrough],
-    "sum_to": [_passthrough],
-    "reshape_to": [_reshape_of_reshape],
-    "swapaxes": [_swap_twice],
-}
+# Each rewrite lives on its primitive (Primitive.simplify, tried in order); an unknown name fails here.
+register_rule("simplify", "identity")(lambda node: node.inputs[0])
+register_rule("simplify", "add", "sub")(_drop_neutral(0, 0))
+register_rule("simplify", "div", "pow")(_drop_neutral(0, 1))
+register_rule("simplify", "add")(_drop_neutral(1, 0))
+register_rule("simplify", "mul")(_drop_neutral(0, 1))
+register_rule("simplify", "mul")(_drop_neutral(1, 1))
+register_rule("simplify", "mul")(_times_minus_one)
+register_rule("simplify", "neg")(_double_negation)
+register_rule("simplify", "cast", "broadcast_to", "sum_to")(_passthrough)
+register_rule("simplify", "reshape_to")(_reshape_of_reshape)
+register_rule("simplify", "swapaxes")(_swap_twice)
 
 
 def algebraic_simplification(graph):
-    """Apply SIMPLIFY_RULES (x*1 -> x, x+0 -> x, -(-x) -> x, no-op casts and reshapes, ...)."""
+    """Apply each primitive's `simplify` rules (x*1 -> x, x+0 -> x, -(-x) -> x, no-op casts and reshapes, ...)."""
     def rule(node):
         if node.op != "call" or not node.is_pure:
             return None
-        for candidate in SIMPLIFY_RULES.get(node.prim.name, ()):
+        for candidate in node.prim.simplify:
             replacement = candidate(node)
             if replacement is not None:
                 return replacement

@@ -165,11 +165,6 @@ _Traced.__ne__ = _refuse_arithmetic("!=")
 _Traced.__hash__ = object.__hash__
 
 
-def is_traced(tensor):
-    """True when `tensor` is a value inside a trace in progress."""
-    return isinstance(tensor, Tensor) and type(tensor._data) is _Traced
-
-
 def _as_array(out):
     return out if type(out) is np.ndarray else np.asarray(out)
 

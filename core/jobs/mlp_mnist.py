@@ -15,7 +15,7 @@ from typing import List
 import numpy as np
 
 from .. import dataset as ds
-from .. import nn
+from .. import nn, sinking
 from ..config import DataConfig, JobConfig, option, resolve_path, section
 from ..errors import DatasetNotFoundError
 from ..log import get_logger, is_main_process
@@ -104,7 +104,8 @@ def run(cfg):
                                      num_shards=1, shard_id=0).batch(500)
 
     network = build_network(cfg.model.hidden)
-    steps_per_epoch = cfg.train.sink_size if cfg.train.sink_size > 0 else train_set.get_dataset_size()
+    steps_per_epoch = sinking.steps_per_epoch(cfg.train.sink_size, train_set.get_dataset_size(),
+                                              cfg.train.dataset_sink_mode)
     optimizer = build_optimizer(cfg.optimizer, network.trainable_params(), cfg.train.epochs * steps_per_epoch)
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     model = Model(network, loss_fn, optimizer, metrics={"accuracy": Accuracy()}, amp_level=cfg.train.amp_level)

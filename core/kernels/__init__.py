@@ -7,8 +7,9 @@ C-contiguous arrays), else its numpy reference in `mstrain.kernels.reference`. B
 the same thing; the tests compare them.
 
 Set `MSTRAIN_DISABLE_KERNELS=1` to force the numpy path (read at each call). `available(name)`
-says whether a C++ kernel will run; `native_kernels()` lists the built ones. Multi-head graph
-kernels for message passing (GCN/GAT) live in `mstrain.kernels.graph`, built the same way.
+says whether a C++ kernel will run; `native_kernels()` lists the built ones. A kit keeps its own
+kernels in `<kit>/kernels/src` and reaches them with `native_module` (the GNN kit's CSR graph
+kernels: `mstrain.gnn.kernels.graph`).
 
 >>> import numpy as np
 >>> from mstrain import kernels
@@ -26,8 +27,8 @@ from ..errors import ShapeError
 from . import reference
 
 __all__ = [
-    "available", "native_kernels", "scatter_add_rows", "segment_sum", "segment_max", "spmm_csr",
-    "segment_softmax", "adam_update", "adamw_update", "native_module", "kernels_disabled",
+    "available", "native_kernels", "scatter_add_rows", "segment_sum", "segment_max",
+    "segment_softmax", "native_module", "kernels_disabled",
 ]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -233,81 +234,3 @@ def segment_softmax(scores, segment_ids, num_segments):
     if native is None:
         return reference.segment_softmax(scores, segment_ids, num_segments)
     return native(_flat2d(scores), segment_ids, num_segments).reshape(scores.shape)
-
-
-# -- sparse @ dense -----------------------------------------------------------------------------------
-def spmm_csr(indptr, indices, values, dense):
-    """Sparse @ dense with A in CSR form, shape (len(indptr) - 1, dense.shape[0]):
-
-        out[r] = sum_{k = indptr[r]}^{indptr[r+1] - 1} values[k] * dense[indices[k]]
-
-    dense: (K, F) or (K,); returns (R, F) (or (R,)) in dense's dtype. The propagation step of GCN
-    (A_hat @ H). The C++ kernel runs rows in parallel (OpenMP).
-    """
-    dense = np.asarray(dense)
-    vector = dense.ndim == 1
-    dense2d = dense[:, None] if vector else dense
-    if dense2d.ndim != 2:
-        raise ShapeError(f"spmm_csr: dense must be 1-D or 2-D, got shape {dense.shape}")
-    indptr, indices = _as_index(indptr, "indptr"), _as_index(indices, "indices")
-    if indptr.dtype != indices.dtype:  # the C++ kernel takes one index type for both
-        indptr, indices = indptr.astype(np.int64), indices.astype(np.int64)
-    values = np.asarray(values)
-    _check_csr(indptr, indices, values, dense2d.shape[0])
-    values = values.astype(dense2d.dtype, copy=False)
-    native = _native("spmm_csr") if _fits_native(dense2d) else None
-    if native is None:
-        out = reference.spmm_csr(indptr, indices, values, dense2d)
-    else:
-        out = native(indptr, indices, np.ascontiguousarray(values), np.ascontiguousarray(dense2d))
-    return out[:, 0] if vector else out
-
-
-def _check_csr(indptr, indices, values, n_cols):
-    if indptr.shape[0] < 1:
-        raise ShapeError("spmm_csr: indptr needs at least one entry (rows + 1)")
-    if values.shape != indices.shape:
-        raise ShapeError(f"spmm_csr: values shape {values.shape} differs from indices shape {indices.shape}")
-    if indptr[0] != 0 or indptr[-1] != indices.shape[0] or np.any(np.diff(indptr) < 0):
-        raise ShapeError(f"spmm_csr: indptr must rise from 0 to nnz={indices.shape[0]}, "
-                         f"got {int(indptr[0])}..{int(indptr[-1])}")
-    _check_range(indices, n_cols, "spmm_csr indices")
-
-
-# -- fused optimizer update ---------------------------------------------------------------------------
-def adam_update(param, m, v, grad, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
-                bias_correction1=1.0, bias_correction2=1.0, decoupled_weight_decay=False):
-    """One fused Adam step, in place on param, m, v (same shape and float dtype):
-
-        g  = grad + weight_decay * param          (only when not decoupled: Adam's L2 term)
-        m  = beta1 * m + (1 - beta1) * g
-        v  = beta2 * v + (1 - beta2) * g**2
-        param = param - lr * weight_decay * param (only when decoupled: AdamW)
-        param = param - lr * (m / bias_correction1) / (sqrt(v / bias_correction2) + eps)
-
-    The caller passes bias_correction1 = 1 - beta1**t and bias_correction2 = 1 - beta2**t for step t
-    (or 1.0 for none, as MindSpore's AdamWeightDecay). Returns param.
-    """
-    for name, array in (("param", param), ("m", m), ("v", v)):
-        if not isinstance(array, np.ndarray):
-            raise TypeError(f"adam_update writes in place: {name} must be a numpy array")
-        if array.shape != param.shape or array.dtype != param.dtype:
-            raise ShapeError(f"adam_update: {name} is {array.dtype}{array.shape}, param is "
-                             f"{param.dtype}{param.shape}")
-    grad = np.asarray(grad, dtype=param.dtype)
-    if grad.shape != param.shape:
-        raise ShapeError(f"adam_update: grad shape {grad.shape} differs from param shape {param.shape}")
-    scalars = (float(lr), float(beta1), float(beta2), float(eps), float(weight_decay),
-               float(bias_correction1), float(bias_correction2), bool(decoupled_weight_decay))
-    native = _native("adam_update", param, m, v) if _fits_native(param) else None
-    if native is None:
-        return reference.adam_update(param, m, v, grad, *scalars)
-    native(param.reshape(-1), m.reshape(-1), v.reshape(-1), np.ascontiguousarray(grad).reshape(-1), *scalars)
-    return param
-
-
-def adamw_update(param, m, v, grad, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
-                 bias_correction1=1.0, bias_correction2=1.0):
-    """`adam_update` with decoupled weight decay (AdamW): param -= lr * weight_decay * param."""
-    return adam_update(param, m, v, grad, lr, beta1, beta2, eps, weight_decay,
-                       bias_correction1, bias_correction2, decoupled_weight_decay=True)

@@ -6,7 +6,7 @@ two. Inputs are assumed validated by `mstrain.kernels` (dtypes, shapes, index ra
 """
 import numpy as np
 
-__all__ = ["scatter_add_rows", "segment_sum", "segment_max", "spmm_csr", "segment_softmax", "adam_update"]
+__all__ = ["scatter_add_rows", "segment_sum", "segment_max", "segment_softmax"]
 
 
 def scatter_add_rows(out, index, src):
@@ -38,21 +38,6 @@ def segment_max(data, segment_ids, num_segments, empty_value=0.0):
     return out
 
 
-def spmm_csr(indptr, indices, values, dense):
-    """(A @ dense) for the CSR matrix A = (indptr, indices, values) of shape (len(indptr)-1, dense.shape[0]):
-    out[r] = sum_{k in [indptr[r], indptr[r+1])} values[k] * dense[indices[k]]."""
-    n_rows = indptr.shape[0] - 1
-    out = np.zeros((n_rows, dense.shape[1]), dtype=dense.dtype)
-    if indices.shape[0] == 0:
-        return out
-    contributions = values[:, None].astype(dense.dtype, copy=False) * dense[indices]  # (nnz, F)
-    lengths = np.diff(indptr)
-    nonempty = lengths > 0
-    # reduceat on an empty range returns the element itself, so empty rows are left out.
-    out[nonempty] = np.add.reduceat(contributions, indptr[:-1][nonempty], axis=0)
-    return out
-
-
 def segment_softmax(scores, segment_ids, num_segments):
     """out[i] = exp(scores[i] - m[s]) / sum_{j: seg(j) == s} exp(scores[j] - m[s]) with s = segment_ids[i]
     and m[s] the segment maximum (numerical stability); per column when scores is (E, H)."""
@@ -60,19 +45,3 @@ def segment_softmax(scores, segment_ids, num_segments):
     shifted = np.exp(scores - seg_max[segment_ids])
     seg_sum = segment_sum(shifted, segment_ids, num_segments)
     return shifted / seg_sum[segment_ids]
-
-
-def adam_update(param, m, v, grad, lr, beta1, beta2, eps, weight_decay=0.0,
-                bias_correction1=1.0, bias_correction2=1.0, decoupled_weight_decay=False):
-    """One Adam / AdamW step, in place on param, m and v (see `mstrain.kernels.adam_update`)."""
-    if weight_decay and not decoupled_weight_decay:
-        grad = grad + weight_decay * param
-    m *= beta1
-    m += (1.0 - beta1) * grad
-    v *= beta2
-    v += (1.0 - beta2) * np.square(grad)
-    if weight_decay and decoupled_weight_decay:
-        param *= 1.0 - lr * weight_decay
-    denom = np.sqrt(v / bias_correction2) + eps
-    param -= (lr / bias_correction1) * m / denom
-    return param

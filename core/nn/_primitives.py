@@ -4,8 +4,11 @@ Composing it from matmul(x, transpose(w)) makes the weight gradient a transposed
 every optimizer pass over a transposed (out, in) array is several times slower than over a
 contiguous one; the fused op's VJP computes g.T @ x, contiguous (out, in), directly. It also
 saves the dispatch and tape entries of the transposes and the bias add (`dense_weight_grad`
-computes g.T @ x as one op too). The VJPs are written in ops, so higher-order gradients work.
+computes g.T @ x as one op too). The VJPs are written in ops, so higher-order gradients work. Each op's graph rules sit beside it:
+its `out=` kernel (mstrain.graph.lowering) and its expansion into matmul + add for fusion.
 """
+from functools import partial
+
 import numpy as np
 
 from ..ops import functional as F
@@ -59,3 +62,33 @@ def _(ctx, w):
 dense.defbatch(logical_rule(lambda x, w, b: F.add(F.matmul(x, F.swapaxes(w, -1, -2)), b)))
 dense_no_bias.defbatch(logical_rule(lambda x, w: F.matmul(x, F.swapaxes(w, -1, -2))))
 dense_weight_grad.defbatch(logical_rule(lambda g, x: F.matmul(F.swapaxes(g, -1, -2), x)))
+
+
+# -- graph rules ------------------------------------------------------------------------------------
+
+@dense.deflowering
+@dense_no_bias.deflowering
+def _dense_into(node, ins, out):
+    x, weight = ins[0], ins[1]
+    product = partial(np.matmul, x, weight.T, out)
+    if len(ins) == 2:
+        return product
+    add_bias = partial(np.add, out, ins[2], out)
+    return lambda: (product(), add_bias())
+
+
+@dense_weight_grad.deflowering
+def _dense_weight_grad_into(node, ins, out):
+    g, x = ins
+    return partial(np.matmul, g.T, x, out)
+
+
+@dense.defexpand
+@dense_no_bias.defexpand
+def _expand_dense(b, node):
+    """x @ w.T (+ b): the bias add can then fuse with the activation after it."""
+    x, weight = node.inputs[:2]
+    if len(weight.shape) != 2:
+        return None
+    out = b.call("matmul", x, b.call("transpose", weight, axes=None))
+    return b.call("add", out, node.inputs[2]) if len(node.inputs) > 2 else out

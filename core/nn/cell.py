@@ -267,12 +267,16 @@ class Cell:
         """The dtype set by `to_float`, or None (compute in the Parameters' dtype)."""
         return self._compute_dtype
 
-    def _use(self, param):
-        """`param` as construct should use it: cast to the compute dtype when to_float is on."""
+    def cast_param(self, param):
+        """`param` as construct should use it: cast to the compute dtype set by `to_float` (a floating
+        Parameter only; None and non-floating ones pass through). Layers call it on each Parameter
+        they read, so `to_float` changes the compute dtype while the Parameters keep theirs."""
         cd = self._compute_dtype
-        if cd is None or param is None or param._data.dtype == cd or not _dtype.is_floating(param._data.dtype):
+        if cd is None or param is None or param.dtype == cd or not _dtype.is_floating(param.dtype):
             return param
         return F.cast(param, cd)
+
+    _use = cast_param  # core's layers' short name
 
     @property
     def pipeline_stage(self):

@@ -2,7 +2,6 @@
 
 All wrappers use `auto_prefix=False`, so wrapping a network never renames its Parameters.
 """
-import importlib.util
 import sys
 
 import numpy as np
@@ -14,13 +13,9 @@ from ..tensor import Tensor
 from .cell import Cell
 
 __all__ = [
-    "WithLossCell", "WithEvalCell", "make_grad_reducer", "TrainOneStepCell",
+    "WithLossCell", "WithEvalCell", "TrainOneStepCell",
     "TrainOneStepWithLossScaleCell",
 ]
-
-
-_REDUCED_MODES = ("data_parallel", "hybrid_parallel")
-_PLANNED_MODES = ("semi_auto_parallel", "auto_parallel")
 
 
 class WithLossCell(Cell):
@@ -57,63 +52,45 @@ class WithEvalCell(Cell):
         return loss, outputs, label
 
 
-def _data_parallel_degree(get):
-    """Ranks holding replicas of the same parameters, for the modes that reduce gradients here."""
-    mode = get("parallel_mode")
-    if mode in _REDUCED_MODES:
-        return int(get("device_num"))
-    if mode in _PLANNED_MODES:
-        model_ranks = int(get("model_parallel")) * int(get("pipeline_stages"))
-        return int(get("device_num")) // max(model_ranks, 1)
-    return 1
-
-
-def make_grad_reducer(weights):
-    """The gradient reducer the parallel context asks for: identity when stand-alone (or when
-    mstrain.parallel is absent), else `mstrain.parallel.DistributedGradReducer` over the data-parallel ranks."""
-    if importlib.util.find_spec("mstrain.parallel") is None:
-        return _identity
-    from .. import parallel
-    get = parallel.get_auto_parallel_context
-    degree = _data_parallel_degree(get)
-    if degree <= 1 or get("enable_parallel_optimizer"):  # a ParallelOptimizer reduce-scatters itself
-        return _identity
-    # the reducer's default group is the context's data-parallel group, its divisor that group's size
-    return parallel.DistributedGradReducer(weights, mean=get("gradients_mean"))
-
-
 def _identity(grads):
     return grads
 
 
+class STEP_PLANNER:
+    """How a train cell is planned under the parallel context. mstrain.parallel installs itself
+    here when imported (nn never imports parallel): `plan(network, optimizer)` returns
+    `(network, optimizer, grad_reducer)` and `built(train_cell)` runs once the cell exists
+    (it writes strategy_ckpt_save_file). Unset, a train cell runs its network as given."""
+    plan = None
+    built = None
+
+
 class TrainOneStepCell(Cell):
     """One training step: `loss, grads = value_and_grad(network, None, weights)(*inputs)`, then
-    `grads = grad_reducer(grads)` (all-reduce under data parallelism), `optimizer(grads)`; returns loss.
+    `grads = grad_reducer(grads)`, `optimizer(grads)`; returns loss.
 
     `network` returns a scalar loss (e.g. a WithLossCell); `sens` scales the gradients;
-    `return_grad=True` returns (loss, reduced gradients).
+    `return_grad=True` returns (loss, reduced gradients). As in MindSpore, the cell follows the
+    parallel context: without an explicit `grad_reducer` it asks the parallel engine to plan the
+    step (`mstrain.parallel.plan_train_step`: the network run under the ops' strategies, the
+    optimizer sharded under enable_parallel_optimizer, the data-parallel gradient all-reduce).
+    An explicit `grad_reducer` means the caller planned the step: the cell runs what it is given.
     """
 
-    def __init__(self, network, optimizer, sens=None, return_grad=False):
+    def __init__(self, network, optimizer, sens=None, return_grad=False, grad_reducer=None):
         super().__init__(auto_prefix=False)
-        parallel = importlib.util.find_spec("mstrain.parallel") is not None
-        if parallel:
-            from ..parallel import plan_train_network, wrap_optimizer
-            from ..parallel.strategy_files import load_strategy_file
-            network = plan_train_network(network)  # semi/auto parallel: run the ops' .shard() strategies
-            load_strategy_file(network, optimizer)  # strategy_ckpt_load_file: take its layouts
-            optimizer = wrap_optimizer(optimizer)  # enable_parallel_optimizer: shard the optimizer state
+        if grad_reducer is None and STEP_PLANNER.plan is not None:
+            network, optimizer, grad_reducer = STEP_PLANNER.plan(network, optimizer)
         self.network = network
         self.network.set_grad()
         self.optimizer = optimizer
         self.weights = optimizer.parameters
         self.sens = 1.0 if sens is None else float(sens)
         self.return_grad = return_grad
-        self.grad_reducer = make_grad_reducer(self.weights)
+        self.grad_reducer = _identity if grad_reducer is None else grad_reducer
         self._grad_fn = value_and_grad(self.network, None, self.weights)
-        if parallel:
-            from ..parallel.strategy_files import save_strategy_file
-            save_strategy_file(self)  # strategy_ckpt_save_file: write the built cell's layouts
+        if STEP_PLANNER.built is not None:
+            STEP_PLANNER.built(self)
 
     def construct(self, *inputs):
         loss, grads = self._grad_fn(*inputs)
@@ -160,8 +137,8 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
     and GRAPH_MODE runs the step eagerly (mstrain.jit.run_cell).
     """
 
-    def __init__(self, network, optimizer, scale_sense):
-        super().__init__(network, optimizer)
+    def __init__(self, network, optimizer, scale_sense, grad_reducer=None):
+        super().__init__(network, optimizer, grad_reducer=grad_reducer)
         if isinstance(scale_sense, Tensor):
             if scale_sense.size != 1:
                 raise ValueError(f"scale_sense must hold one value, got shape {scale_sense.shape}")

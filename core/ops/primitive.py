@@ -2,9 +2,16 @@
 
 One `Primitive` holds everything the suite knows about an op: its numpy forward (`impl`), its
 vector-Jacobian product written in ops (`vjp`, so gradients are themselves differentiable), its
-kind for the fusion pass, an optional C++ expression for generated kernels and an optional
-sharding rule for the parallel planner. Eager mode, tracing, fusion and planning all read the same
-entry; none of them imports a concrete op.
+kind for the fusion pass, an optional C++ expression for generated kernels, and the rules the
+compiler and planner apply to it: `lowering` (a numpy kernel writing into a planned buffer,
+mstrain.graph.lowering), `simplify` (algebraic rewrites, mstrain.graph.passes), `expander` (a
+decomposition into simpler primitives for fusion, mstrain.graph.expand / expand_optim) and
+`shard_rule` (mstrain.parallel.spmd.rules). Eager mode, tracing, fusion and planning all read the
+same entry; none of them keeps a table keyed by op name.
+
+A rule is attached to the Primitive object, beside the op (`prim.deflowering(build)`) or, where
+the rule's helpers live in another room, with `@register_rule("lowering", "add", "sub")`; naming a
+primitive that is not defined fails there, at import.
 
 `apply` is the single dispatch point: a graph tracer, when active, takes the call instead of the
 numpy kernel, and the autodiff tape records the call when a gradient is being taken.
@@ -18,7 +25,8 @@ from .. import autograd as _autograd
 from .. import dtype as _dtype
 from ..tensor import Tensor
 
-__all__ = ["REGISTRY", "KINDS", "Primitive", "defop", "ShardStrategy", "dispatch", "apply", "get", "as_array"]
+__all__ = ["REGISTRY", "KINDS", "RULES", "Primitive", "defop", "register_rule", "ShardStrategy", "dispatch",
+           "apply", "get", "as_array"]
 
 
 REGISTRY = {}
@@ -27,13 +35,23 @@ REGISTRY = {}
 # may end a fused group; 'view' ops only change metadata; 'opaque' ops always run as themselves.
 KINDS = ("elementwise", "reduce", "view", "opaque")
 
+# The rules a Primitive carries besides its impl and vjp, and what each one is.
+RULES = {
+    "lowering": "build(node, inputs, out) -> a callable computing the node into `out`, or None",
+    "host_kernel": "build(node, inputs, outputs) -> a kernel with an effect outside the process "
+                   "(a collective), run by the executor in place of the impl, or None",
+    "simplify": "rule(node) -> a replacement node, or None (several per op, tried in order)",
+    "expander": "expand(builder, node) -> the node's value in simpler primitives, or None",
+    "shard_rule": "rule(global input shapes, attrs) -> the op's OpSpec for the parallel planner",
+}
+
 
 class Primitive:
     """One op: name, forward kernel, VJP rule and the metadata the compiler and planner read."""
 
     __slots__ = ("name", "impl", "vjp", "kind", "num_outputs", "differentiable",
-                 "cpp", "shard_rule", "attr_names", "attr_defaults", "num_inputs", "stateful",
-                 "mutates", "doc", "batch_rule")
+                 "cpp", "shard_rule", "lowering", "host_kernel", "simplify", "expander", "batch_rule",
+                 "attr_names", "attr_defaults", "num_inputs", "stateful", "mutates", "doc")
 
     def __init__(self, name, impl, kind="opaque", num_outputs=1, differentiable=True, cpp=None, attrs=(),
                  stateful=False, mutates=()):
@@ -47,6 +65,10 @@ class Primitive:
         self.differentiable = differentiable
         self.cpp = cpp
         self.shard_rule = None
+        self.lowering = None
+        self.host_kernel = None
+        self.simplify = ()
+        self.expander = None
         self.batch_rule = None  # vmap: rule(args, batched, attrs), see core/ops/vectorize.py
         self.stateful = stateful  # draws random numbers or reads external state: never folded or merged
         self.mutates = tuple(mutates)  # input positions updated in place (optimizer updates, assign)
@@ -74,6 +96,27 @@ class Primitive:
         """Register the sharding rule the parallel planner uses for this op."""
         self.shard_rule = rule
         return rule
+
+    def deflowering(self, build):
+        """Register `build(node, inputs, out)`: this op computed into a planned buffer."""
+        self.lowering = build
+        return build
+
+    def defhostkernel(self, build):
+        """Register `build(node, inputs, outputs)`: the kernel of an op with an effect outside the
+        process (a collective), over the bound buffers, with `native` C steps when it has them."""
+        self.host_kernel = build
+        return build
+
+    def defsimplify(self, rule):
+        """Add an algebraic rewrite `rule(node) -> replacement or None`."""
+        self.simplify = self.simplify + (rule,)
+        return rule
+
+    def defexpand(self, expander):
+        """Register `expand(builder, node)`: this op in simpler primitives, for fusion."""
+        self.expander = expander
+        return expander
 
     def __call__(self, *inputs, **attrs):
         """Positional arguments past the op's inputs bind to its attrs, in declaration order."""
@@ -104,6 +147,29 @@ def defop(name, kind="opaque", num_outputs=1, differentiable=True, cpp=None, att
         prim = Primitive(name, impl, kind, num_outputs, differentiable, cpp, attrs, stateful, mutates)
         REGISTRY[name] = prim
         return prim
+    return register
+
+
+_DEFINE = {"lowering": "deflowering", "host_kernel": "defhostkernel", "simplify": "defsimplify",
+           "expander": "defexpand", "shard_rule": "defshard"}
+
+
+def register_rule(kind, *names):
+    """Decorator: attach one rule of `kind` (a key of RULES) to the primitives `names`.
+
+    Every name must be a defined primitive: a rule for an unknown op fails when its module is
+    imported, not silently when the op would have needed it."""
+    if kind not in _DEFINE:
+        raise ValueError(f"register_rule: unknown rule kind {kind!r}; one of {sorted(_DEFINE)}")
+    missing = [n for n in names if n not in REGISTRY]
+    if missing:
+        raise LookupError(f"register_rule({kind!r}): no primitive named {', '.join(map(repr, missing))}")
+    prims = [REGISTRY[n] for n in names]
+
+    def register(rule):
+        for prim in prims:
+            getattr(prim, _DEFINE[kind])(rule)
+        return rule
     return register
 
 

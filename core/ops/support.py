@@ -38,11 +38,6 @@ def load_all_primitives():
             importlib.import_module(f"mstrain.ops.{module.name}")
     for name in ("mstrain.nn", "mstrain.communication", "mstrain.parallel"):
         importlib.import_module(name)
-    try:
-        from mstrain.parallel.spmd.rules import register_rules
-        register_rules()
-    except ImportError:
-        pass
     return mstrain
 
 
@@ -81,10 +76,12 @@ def probe_dtypes(prim):
 
 
 def _graph_mode(prim):
-    from ..graph import lowering
+    from ..graph import lowering  # noqa: F401  (attaches the out= kernels to their primitives)
     if prim.cpp is not None:
         return "fused C++"
-    if prim.name in lowering.OUT_KERNELS:
+    if prim.host_kernel is not None:
+        return "collective kernel"
+    if prim.lowering is not None:
         return "out= kernel"
     return "numpy impl"
 
@@ -94,6 +91,7 @@ def _yes(flag):
 
 
 def primitive_rows():
+    from mstrain.parallel.spmd.rules import shard_rule_of
     rows = []
     for name in sorted(primitive.REGISTRY):
         prim = primitive.REGISTRY[name]
@@ -102,7 +100,7 @@ def primitive_rows():
         dtypes = probe_dtypes(prim)
         rows.append((name, ", ".join(dtypes) if dtypes else ("-" if dtypes is not None else "not probed"),
                      _yes(prim.differentiable and prim.vjp is not None), _yes(prim.batch_rule is not None),
-                     _graph_mode(prim), _yes(prim.shard_rule is not None)))
+                     _graph_mode(prim), _yes(shard_rule_of(prim) is not None)))
     return rows
 
 

@@ -10,7 +10,9 @@ Which piece does what:
 - `ParallelOptimizer`: optimizer state sharded over the data-parallel group (ZeRO-1).
 - `layers`: Megatron-style tensor-parallel layers over `groups.model` (ColumnParallelDense, ...).
 - `SemiAutoParallelCell` / `shard_parameters`: ops' `.shard()` strategies executed over the ranks;
-  `plan_train_network` applies it in `nn.TrainOneStepCell` (hence `Model`) under semi/auto parallel.
+  `plan_train_step` (network, optimizer, gradient reducer) is what `nn.TrainOneStepCell` (hence
+  `Model` and `ms.build_train_network`) asks when it is built; under semi/auto parallel it runs the
+  network's strategies.
 - `PipelineCell` / `PipelineTrainOneStepCell`: stages by `Cell.pipeline_stage`, 1F1B schedule;
   under semi/auto parallel each stage runs its ops' `.shard()` strategies over the stage's ranks.
 - `search` / `cost_model` / `calibrate`: the auto_parallel search and `mstrain plan`, with this
@@ -28,13 +30,16 @@ from .optimizer_shard import ParallelOptimizer, wrap_optimizer  # noqa: F401
 from .pipeline import PipelineCell, PipelineTrainOneStepCell  # noqa: F401
 from .recompute import checkpoint  # noqa: F401
 from .spmd import DTensor, SemiAutoParallelCell, shard_parameters  # noqa: F401
-from .auto_wrap import plan_train_network  # noqa: F401
+from .auto_wrap import install_train_step_planner, make_grad_reducer, plan_train_network, plan_train_step  # noqa: F401
 from . import layers  # noqa: F401
+
+install_train_step_planner()
 
 __all__ = [
     "set_auto_parallel_context", "get_auto_parallel_context", "reset_auto_parallel_context",
     "auto_parallel_context", "parallel_groups", "data_parallel_group",
     "DistributedGradReducer", "ParallelOptimizer", "wrap_optimizer", "TensorLayout", "PipelineCell", "PipelineTrainOneStepCell",
     "checkpoint", "SemiAutoParallelCell", "shard_parameters", "DTensor", "layers", "plan_train_network",
+    "plan_train_step", "make_grad_reducer",
     "init_parallel", "validate_parallel_config", "check_same_config",
 ]

@@ -5,9 +5,13 @@ A MindSpore user writes
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
     ms.communication.init()
     net = Net()                                    # ops inside carry .shard(...) strategies
-    Model(net, loss, opt).train(1, dataset)        # or nn.TrainOneStepCell(WithLossCell(...), opt)
+    Model(net, loss, opt).train(1, dataset)        # or ms.build_train_network(net, opt, loss)
 
-`nn.TrainOneStepCell` (which `Model` builds) passes its network through `plan_train_network`:
+`plan_train_step(network, optimizer)` is what `Model` (through `ms.build_train_network`) asks
+before it builds the train cell: the network to run, the optimizer (sharded under
+enable_parallel_optimizer) and the data-parallel gradient reducer, which the cell then takes as
+given (`nn.TrainOneStepCell(network, optimizer, grad_reducer=reducer)`; nn never imports parallel).
+`plan_train_network` plans the network:
 under those modes, on more than one rank, the network is run by a `SemiAutoParallelCell` over
 the world whose inputs are this rank's block of the global batch (the dataset is sharded by
 `context.data_shard`; with `full_batch=True` or `dataset_strategy="full_batch"` every rank
@@ -19,8 +23,12 @@ work unchanged; `spmd.shard_parameters` cuts the storage for those who want the 
 """
 from ..errors import ParallelConfigError
 from .context import check_consistent_across_ranks, get_auto_parallel_context, get_parallel_mode
+from .grad_reducer import DistributedGradReducer
+from .optimizer_shard import wrap_optimizer
+from .strategy_files import load_strategy_file, save_strategy_file
 
 PLANNED_MODES = ("semi_auto_parallel", "auto_parallel")
+_REDUCED_MODES = ("data_parallel", "hybrid_parallel")
 _DATASET_STRATEGIES = ("data_parallel", "full_batch")
 
 
@@ -88,3 +96,42 @@ def plan_train_network(network):
                                   f"(each rank reads its block of the batch) or full_batch=True")
     from .spmd import BATCH, SemiAutoParallelCell
     return SemiAutoParallelCell(network, input_strategy=BATCH)
+
+
+def _data_parallel_degree(get=get_auto_parallel_context):
+    """Ranks holding replicas of the same parameters, for the modes that reduce gradients here."""
+    mode = get("parallel_mode")
+    if mode in _REDUCED_MODES:
+        return int(get("device_num"))
+    if mode in PLANNED_MODES:
+        model_ranks = int(get("model_parallel")) * int(get("pipeline_stages"))
+        return int(get("device_num")) // max(model_ranks, 1)
+    return 1
+
+
+def make_grad_reducer(weights):
+    """The gradient reducer the parallel context asks for: None when there is nothing to reduce
+    (stand-alone, one replica, or a ParallelOptimizer that reduce-scatters itself), else a
+    `DistributedGradReducer` over the data-parallel group (the context's `gradients_mean`)."""
+    if _data_parallel_degree() <= 1 or get_auto_parallel_context("enable_parallel_optimizer"):
+        return None
+    return DistributedGradReducer(weights, mean=get_auto_parallel_context("gradients_mean"))
+
+
+def plan_train_step(network, optimizer):
+    """`(network, optimizer, grad_reducer)` for one training step under the parallel context: the
+    network planned by `plan_train_network`, the layouts of strategy_ckpt_load_file applied, the
+    optimizer sharded when the context enables the parallel optimizer, and the gradient reducer
+    (None when there is none). `nn.TrainOneStepCell` (and so `Model`) asks this when it is built
+    without an explicit grad_reducer."""
+    network = plan_train_network(network)
+    load_strategy_file(network, optimizer)
+    optimizer = wrap_optimizer(optimizer)
+    return network, optimizer, make_grad_reducer(optimizer.parameters)
+
+
+def install_train_step_planner():
+    """Make every train cell built from now on follow the parallel context (see nn.wrap)."""
+    from ..nn.wrap import STEP_PLANNER
+    STEP_PLANNER.plan = staticmethod(plan_train_step)
+    STEP_PLANNER.built = staticmethod(save_strategy_file)

@@ -83,7 +83,7 @@ def auto_parallel_context():
 
 def check_consistent_across_ranks():
     """Raise ParallelConfigError on every rank when the ranks of the world were given different
-    parallel contexts. It all-gathers every time it is called (once per TrainOneStepCell built): a
+    parallel contexts. It all-gathers every time it is called (once per train network planned): a
     rank that skipped the exchange because its own value had not changed would leave the others
     waiting in the collective, a hang instead of this message.
 

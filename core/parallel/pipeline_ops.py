@@ -15,7 +15,7 @@ import ctypes
 import numpy as np
 
 from ..communication import graph_kernels as _gk
-from ..ops.primitive import apply, defop
+from ..ops.primitive import apply, defop, register_rule
 
 _PENDING = {}  # id(group) -> [(request, buffer)] of sends started eagerly (while tracing)
 
@@ -129,9 +129,9 @@ def _wait_kernel(node, ins, outs):
 
 
 def _register():
-    from ..graph import lowering
-    lowering.HOST_KERNELS.update({"pipeline_isend": _isend_kernel, "pipeline_recv": _recv_kernel,
-                                  "pipeline_wait": _wait_kernel})
+    register_rule("host_kernel", "pipeline_isend")(_isend_kernel)
+    register_rule("host_kernel", "pipeline_recv")(_recv_kernel)
+    register_rule("host_kernel", "pipeline_wait")(_wait_kernel)
 
 
 _register()

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..communication import graph_kernels as _gk
 from ..communication.transport import all_gather_array, reduce_scatter_array
-from ..ops.primitive import apply, defop
+from ..ops.primitive import apply, defop, register_rule
 
 
 def _pack(arrays, layout, total, n, dtype):
@@ -159,13 +159,11 @@ def _gather_kernel(node, ins, outs):
 
 
 def _register_gather(name):
-    from ..graph import lowering
-    lowering.HOST_KERNELS[name] = _gather_kernel
+    register_rule("host_kernel", name)(_gather_kernel)
 
 
 def _register():
-    from ..graph import lowering
-    lowering.HOST_KERNELS["zero_reduce_scatter"] = _reduce_scatter_kernel
+    register_rule("host_kernel", "zero_reduce_scatter")(_reduce_scatter_kernel)
 
 
 _register()

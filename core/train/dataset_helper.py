@@ -106,6 +106,11 @@ class BatchStream:
         self._passes = 0
         self._index = 0
 
+    @property
+    def in_memory(self):
+        """True for a list of ready batches: nothing to prepare, so nothing for a prefetch to overlap."""
+        return not _is_core_dataset(self._dataset)
+
     def _new_iterator(self):
         if _is_core_dataset(self._dataset):
             return self._dataset.create_tuple_iterator(num_epochs=-1, output_numpy=True)

@@ -16,6 +16,7 @@ import sys
 
 from ..autograd import no_grad
 from ..errors import CheckpointError
+from ..sinking import steps_per_epoch
 from .callback import CallbackList, History, LossMonitor, ProgressBar, RunContext, RunContextArgs
 from .dataset_helper import BatchStream, DataSinkQueue, iterate_once
 from .metrics import Loss, get_metrics
@@ -117,7 +118,8 @@ class Model:
         Sink (`dataset_sink_mode=True`): each epoch is one round trip of `sink_size` steps (the
         whole dataset when -1) fed from a prefetch queue; step callbacks fire once per sink;
         with sink_size > 0 the data is traversed endlessly and each epoch continues where the
-        last stopped. `initial_epoch` skips that many epochs (counters and data position).
+        last stopped; any other sink_size (0 included) raises ConfigError (mstrain.sinking, the
+        rule the config schema applies too). `initial_epoch` skips that many epochs (counters and data position).
         `resume_from`: a checkpoint path (or `load_checkpoint` dict) written by ModelCheckpoint or
         `save_checkpoint`; parameters, optimizer state, step, epoch (initial_epoch is then taken
         from the checkpoint), RNG and data position are restored.
@@ -144,10 +146,8 @@ class Model:
             raise ValueError("Model.train needs an optimizer: Model(network, loss_fn, optimizer)")
         _check_int("epoch", epoch, 1)
         _check_int("initial_epoch", initial_epoch, 0)
-        if sink_size != -1:
-            _check_int("sink_size", sink_size, 1)
         stream = BatchStream(dataset)
-        batch_num = sink_size if sink and sink_size > 0 else stream.size
+        batch_num = steps_per_epoch(sink_size, stream.size, sink)
         start = self._start_point(stream, batch_num, initial_epoch, resume_from)
         history, callback_list = _with_default_callbacks(callbacks)
         args = RunContextArgs(
@@ -157,7 +157,10 @@ class Model:
             valid_dataset=None if validation is None else validation.dataset, dataset_sink_mode=bool(sink),
             sink_size=sink_size, metrics=self._metrics)
         self._train_network.set_train(True)
-        feed = DataSinkQueue(stream) if sink else stream
+        # a prefetch thread overlaps preparing batches with compute; ready batches in a list only
+        # pay its hand-offs (a GIL switch per take, milliseconds for a small full-batch step)
+        prefetch = sink and not stream.in_memory
+        feed = DataSinkQueue(stream) if prefetch else stream
         try:
             loop = TrainLoop(args, callback_list, feed, self._make_runner(sink),
                              steps_per_call=batch_num if sink else 1, validation=validation,
@@ -165,7 +168,7 @@ class Model:
             self._last_args = args
             loop.run(start.epochs_done, start.step_in_epoch)
         finally:
-            if sink:
+            if prefetch:
                 feed.close()
         return history
 

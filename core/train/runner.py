@@ -11,19 +11,18 @@ non-sink mode, with `sink_size` batches in sink mode, and fires step callbacks a
 
 Runners:
 - `EagerRunner(train_network)`: calls the train cell op by op on the host (PyNative).
-- `mstrain.graph.sink.GraphSinkRunner(train_network)` (graph helper): traces the step once and runs
-  the compiled graph for all batches of a sink.
+- `GraphSinkRunner(train_network)` (mstrain.train.sink): traces the step once through `mstrain.jit`
+  and runs the compiled executable for all batches of a sink.
 
 `select_runner(train_network, dataset_sink_mode)` is the only place that chooses between them;
 `Model._make_runner` calls it. To add a strategy, give it `run(batches)` and choose it there.
 """
-import importlib
-
 import numpy as np
 
 from ..tensor import Tensor
+from .sink import GraphSinkRunner
 
-__all__ = ["StepRunner", "EagerRunner", "select_runner", "graph_sink_runner_class"]
+__all__ = ["StepRunner", "EagerRunner", "GraphSinkRunner", "select_runner"]
 
 
 class StepRunner:
@@ -49,23 +48,8 @@ class EagerRunner(StepRunner):
         return [network(*_as_tensors(batch)) for batch in batches]
 
 
-def graph_sink_runner_class():
-    """`mstrain.graph.sink.GraphSinkRunner` when the graph compiler provides it, else None."""
-    try:
-        module = importlib.import_module("mstrain.graph.sink")
-    except ImportError:
-        return None
-    return getattr(module, "GraphSinkRunner", None)
-
-
 def select_runner(train_network, dataset_sink_mode):
-    """The execution strategy for a training run.
-
-    Sink mode runs the compiled graph runner when mstrain.graph provides one, else the eager runner
-    (still fed by the data sink queue, still with once-per-sink callbacks). Non-sink mode is eager.
-    """
+    """The execution strategy for a training run: the compiled graph runner in sink mode, else eager."""
     if dataset_sink_mode:
-        compiled = graph_sink_runner_class()
-        if compiled is not None:
-            return compiled(train_network)
+        return GraphSinkRunner(train_network)
     return EagerRunner(train_network)

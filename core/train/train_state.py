@@ -10,16 +10,10 @@ Parameters (weights, optimizer moments, the optimizer's step counter) travel as 
 train network; this dict travels as the checkpoint's `'train_state'` meta entry.
 """
 import dataclasses
-import importlib
+
+from .. import random
 
 __all__ = ["capture", "ResumePoint", "resume_point", "restore_runtime"]
-
-
-def _random_module():
-    try:
-        return importlib.import_module("mstrain.random")
-    except ImportError:
-        return None
 
 
 def _loss_scale_cell(train_network):
@@ -29,7 +23,6 @@ def _loss_scale_cell(train_network):
 
 def capture(args):
     """The resume position of a run from its RunContextArgs (call at a step end)."""
-    random = _random_module()
     scale_cell = _loss_scale_cell(args.train_network)
     return {
         "epoch": args.cur_epoch_num,
@@ -37,7 +30,7 @@ def capture(args):
         "step_in_epoch": args.cur_step_in_epoch,
         "batch_num": args.batch_num,
         "dataset_state": args.dataset_state,
-        "rng_state": None if random is None else random.get_rng_state(),
+        "rng_state": random.get_rng_state(),
         "loss_scale_state": None if scale_cell is None else scale_cell.get_state(),
     }
 
@@ -72,8 +65,7 @@ def restore_runtime(state, train_network):
 
     Call after the data position is restored, so nothing drawn while seeking the data moves the RNG.
     """
-    random = _random_module()
-    if state.get("rng_state") is not None and random is not None:
+    if state.get("rng_state") is not None:
         random.set_rng_state(state["rng_state"])
     scale_cell = _loss_scale_cell(train_network)
     if scale_cell is not None and state.get("loss_scale_state") is not None:

@@ -122,6 +122,8 @@ def _run_module(repo_root, *argv, env=None):
     (["--config", "configs/mlp_mnist.yaml", "optimizer.name=adamx"], ["'adamx' is not one of", "'adamw'"]),
     (["--config", "configs/mlp_mnist.yaml", "data.path=data/nothing_here.npz"],
      ["data.path: MNIST file not found: data/nothing_here.npz"]),
+    (["--config", "configs/mlp_mnist.yaml", "train.dataset_sink_mode=true", "train.sink_size=0"],
+     ["train.sink_size", "must be -1 (the whole dataset each epoch) or > 0"]),
 ])
 def test_process_exit_codes(repo_root, argv, fragments):
     result = _run_module(repo_root, *argv)

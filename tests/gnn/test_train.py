@@ -99,16 +99,39 @@ def test_outputs_are_written_next_to_each_other(root, tmp_path):
 
 
 def test_the_few_lines_of_the_package_docstring_train_a_gcn(root):
-    """The hand-written loop of gnn's docstring (50 epochs) learns Cora."""
+    """The few lines of gnn's docstring (50 epochs through Model, Kipf's rule as a callback) learn Cora."""
     import mstrain as ms
     from mstrain import nn
-    from mstrain.gnn import GCN, NodeClassificationTrainer, Planetoid
+    from mstrain.gnn import GCN, KipfStopping, NodeClassificationTrainer, Planetoid
 
     ms.set_seed(0)
     graph = Planetoid(root, "cora")[0]
     model = GCN(graph.num_features, 16, graph.num_classes)
     trainer = NodeClassificationTrainer(model, graph, nn.Adam(model.trainable_params(), learning_rate=0.01,
                                                               weight_decay=5e-4))
-    losses = [trainer.train_epoch() for _ in range(50)]
+    stopping = KipfStopping(trainer, window=10)
+    history = trainer.fit(50, callbacks=[stopping])
     _, test_acc = trainer.evaluate(graph.test_mask)
+    losses = [h["train_loss"] for h in history]
+    assert len(history) == 50 and stopping.stop_epoch is None  # still improving after 50 epochs
     assert losses[-1] < losses[0] - 0.5 and test_acc > 0.7
+    assert [h["epoch"] for h in history] == list(range(1, 51))
+
+
+def test_kipf_callback_stops_model_training_where_the_rule_triggers(root):
+    """The rule as a callback: Model.train stops after the epoch whose validation cost exceeds the
+    window mean, and the run context's eval_results carried the figures the rule read."""
+    import mstrain as ms
+    from mstrain import nn
+    from mstrain.gnn import GCN, KipfStopping, NodeClassificationTrainer, Planetoid
+
+    ms.set_seed(0)
+    graph = Planetoid(root, "cora")[0]
+    model = GCN(graph.num_features, 16, graph.num_classes)
+    trainer = NodeClassificationTrainer(model, graph, nn.Adam(model.trainable_params(), learning_rate=0.05))
+    stopping = KipfStopping(trainer, window=2)
+    history = trainer.fit(200, callbacks=[stopping])
+    assert stopping.stop_epoch == len(history) < 200
+    costs = [h["val_loss"] for h in history]
+    assert costs[-1] > np.mean(costs[-3:-1]) and all(
+        costs[k] <= np.mean(costs[k - 2:k]) for k in range(3, len(costs) - 1))

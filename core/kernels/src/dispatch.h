@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -61,6 +62,35 @@ void require_dtype(const py::array& a, const char* name) {
                              ", which differs from the other operands");
     }
     require_contiguous(a, name);
+}
+
+// An operand and its name in error messages.
+struct Named {
+    const py::array& array;
+    const char* name;
+};
+
+// The dtype dispatch of a kernel over value arrays and index arrays, written once: calls
+// fn(T{}, I{}) with T the float type of the first value array and I the index type of the first
+// index array, after checking that every value array holds T, every index array holds I, and all
+// are C-contiguous.
+template <typename Fn>
+auto with_float_index(std::initializer_list<Named> values, std::initializer_list<Named> indexes, Fn&& fn) {
+    return with_float(values.begin()->array, [&](auto t) {
+        using T = decltype(t);
+        for (const Named& operand : values) require_dtype<T>(operand.array, operand.name);
+        return with_index(indexes.begin()->array, [&](auto i) {
+            using I = decltype(i);
+            for (const Named& operand : indexes) require_dtype<I>(operand.array, operand.name);
+            return fn(t, i);
+        });
+    });
+}
+
+// The data of an array whose dtype was checked (require_dtype / with_float_index) as T.
+template <typename T>
+const T* data_as(const py::array& a) {
+    return static_cast<const T*>(a.data());
 }
 
 }  // namespace mstrain

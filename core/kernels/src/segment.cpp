@@ -79,18 +79,12 @@ void check_rows(const py::array& data, const py::array& ids) {
 void scatter_add_rows(py::array out, py::array index, py::array src) {
     check_rows(src, index);
     if (out.ndim() != 2 || out.shape(1) != src.shape(1)) throw std::invalid_argument("out must be (N, F)");
-    with_float(out, [&](auto t) {
+    with_float_index({{out, "out"}, {src, "src"}}, {{index, "index"}}, [&](auto t, auto i) {
         using T = decltype(t);
-        require_dtype<T>(out, "out");
-        require_dtype<T>(src, "src");
-        with_index(index, [&](auto i) {
-            using I = decltype(i);
-            T* o = static_cast<T*>(out.mutable_data());
-            const I* idx = static_cast<const I*>(index.data());
-            const T* s = static_cast<const T*>(src.data());
-            py::gil_scoped_release release;
-            scatter_rows(o, idx, s, src.shape(0), src.shape(1));
-        });
+        using I = decltype(i);
+        T* o = static_cast<T*>(out.mutable_data());
+        py::gil_scoped_release release;
+        scatter_rows(o, data_as<I>(index), data_as<T>(src), src.shape(0), src.shape(1));
     });
 }
 
@@ -107,36 +101,32 @@ py::array segment_sum(py::array data, py::array ids, int64_t segments) {
 
 py::array segment_max(py::array data, py::array ids, int64_t segments, double empty_value) {
     check_rows(data, ids);
-    return with_float(data, [&](auto t) -> py::array {
+    const int64_t rows = data.shape(0), width = data.shape(1);
+    return with_float_index({{data, "data"}}, {{ids, "ids"}}, [&](auto t, auto i) -> py::array {
         using T = decltype(t);
-        const int64_t width = data.shape(1);
+        using I = decltype(i);
         py::array_t<T> out({segments, width});
-        with_index(ids, [&](auto i) {
-            using I = decltype(i);
-            T* o = out.mutable_data();
-            const I* idx = static_cast<const I*>(ids.data());
-            const T* d = static_cast<const T*>(data.data());
+        T* o = out.mutable_data();
+        {
             py::gil_scoped_release release;
-            segment_max_into(o, idx, d, data.shape(0), width, segments, static_cast<T>(empty_value));
-        });
+            segment_max_into(o, data_as<I>(ids), data_as<T>(data), rows, width, segments, static_cast<T>(empty_value));
+        }
         return out;
     });
 }
 
 py::array segment_softmax(py::array scores, py::array ids, int64_t segments) {
     check_rows(scores, ids);
-    return with_float(scores, [&](auto t) -> py::array {
+    const int64_t rows = scores.shape(0), width = scores.shape(1);
+    return with_float_index({{scores, "scores"}}, {{ids, "ids"}}, [&](auto t, auto i) -> py::array {
         using T = decltype(t);
-        const int64_t rows = scores.shape(0), width = scores.shape(1);
+        using I = decltype(i);
         py::array_t<T> out({rows, width});
-        with_index(ids, [&](auto i) {
-            using I = decltype(i);
-            T* o = out.mutable_data();
-            const I* idx = static_cast<const I*>(ids.data());
-            const T* s = static_cast<const T*>(scores.data());
+        T* o = out.mutable_data();
+        {
             py::gil_scoped_release release;
-            segment_softmax_into(o, idx, s, rows, width, segments);
-        });
+            segment_softmax_into(o, data_as<I>(ids), data_as<T>(scores), rows, width, segments);
+        }
         return out;
     });
 }

@@ -259,3 +259,7 @@ def apply_lazy_adam(param, m, v, grad, lr, step, enabled=None, beta1=0.9, beta2=
     _adam_step(p_rows, m_rows, v_rows, g, lr_t, eps, beta1, use_nesterov, scratch)
     m2[rows], v2[rows], p2[rows] = m_rows, v_rows, p_rows
     return param
+
+
+# The fused form of each update above: its expander registers on the primitive (Primitive.expander).
+from ...graph import expand_optim  # noqa: E402,F401

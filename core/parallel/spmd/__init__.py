@@ -20,7 +20,7 @@ from ...nn.cell import Cell
 from ...ops.primitive import dispatch
 from ..layout import TensorLayout
 from .interpreter import DTensor, SPMDInterpreter, gradient_is_complete
-from .rules import OpSpec, register_rules
+from .rules import OpSpec
 
 BATCH = "batch"  # input/output strategy: this rank's block of the global batch (dataset sharded)
 
@@ -174,4 +174,4 @@ def _cut_state(optimizer, param, full_shape, layout, rank):
 
 
 __all__ = ["SemiAutoParallelCell", "shard_parameters", "DTensor", "SPMDInterpreter", "OpSpec",
-           "register_rules", "gradient_is_complete", "input_layout", "batch_layout", "batch_splits", "BATCH"]
+           "gradient_is_complete", "input_layout", "batch_layout", "batch_splits", "BATCH"]

@@ -19,7 +19,7 @@ from ...ops.primitive import apply, dispatch
 from ...tensor import Parameter, Tensor
 from ..layout import TensorLayout
 from .redistribute import mirror, redistribute, reduce_partial, replicated_like
-from .rules import register_rules, spec_for
+from .rules import spec_for
 from ...errors import ParallelConfigError
 
 # Parameters whose gradient the interpreter already completed (mirrored): reducers pass them through.
@@ -87,7 +87,6 @@ class SPMDInterpreter:
     """`dispatch.tracer` during a sharded forward. `group` spans the ranks the tensors are cut over."""
 
     def __init__(self, group, inner=None, planning=False, auto=False, hardware=None):
-        register_rules()
         self.group, self.ranks, self.n = group, tuple(group.ranks), group.size
         self.inner = inner
         self.planning = planning

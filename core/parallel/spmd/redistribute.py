@@ -13,6 +13,7 @@ and any change of layout is at most: reduce the partial axes, gather, slice.
 import numpy as np
 
 from ...communication import copy_to_region, reduce_from_region
+from ...communication import graph_kernels as _graph_kernels
 from ...communication.management import split_groups
 from ...communication.transport import all_gather_array
 from ...ops.primitive import defop
@@ -125,3 +126,6 @@ def mirror(x, dev_matrix, ranks, axes, parent=None):
     if not axes:
         return x
     return copy_to_region(x, axis_group(dev_matrix, ranks, axes, parent))
+
+
+_graph_kernels.register_redistribution()  # compiled steps run the layout changes as C kernels

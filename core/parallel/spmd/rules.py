@@ -4,14 +4,15 @@ An `OpSpec` names the op's iteration dimensions (their sizes), which of them eac
 output dimension runs over (None: a broadcast dimension of size 1, never split), which are summed
 (`reduced`: split -> the output is a partial sum) and which must stay whole (`fixed`: the softmax
 axis, the normalised axis, a max-reduced axis). Splitting an iteration dimension k ways splits
-every tensor dimension that runs over it k ways. Rules are registered on the primitives with
-`Primitive.defshard`; ops without one run whole on every rank.
+every tensor dimension that runs over it k ways. Rules are registered on the primitives
+(`register_rule("shard_rule", name)`, or `Primitive.defshard` beside a kit's op); elementwise ops
+share one rule; other ops without one run whole on every rank.
 """
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...ops.primitive import REGISTRY
+from ...ops.primitive import register_rule
 
 
 @dataclass
@@ -192,31 +193,36 @@ def _shape_only(shapes, attrs):
     return spec
 
 
-_RULES = {
-    "matmul": _matmul, "sum": _reduction(True), "mean": _mean, "max": _reduction(False),
-    "min": _reduction(False), "prod": _reduction(False), "argmax": _reduction(False), "argmin": _reduction(False),
-    "softmax": _along_axis_fixed, "log_softmax": _along_axis_fixed, "transpose": _transpose,
-    "swapaxes": _swapaxes, "reshape_to": _reshape, "broadcast_to": _broadcast_to, "sum_to": _sum_to,
-    "layer_norm": _layer_norm, "softmax_cross_entropy": _softmax_cross_entropy, "gather": _gather,
-    "bernoulli_mask": _shape_only,
-}
+# Each rule lives on its primitive (Primitive.shard_rule); an unknown name fails here, at import.
+register_rule("shard_rule", "matmul")(_matmul)
+register_rule("shard_rule", "sum")(_reduction(True))
+register_rule("shard_rule", "max", "min", "prod", "argmax", "argmin")(_reduction(False))
+register_rule("shard_rule", "mean")(_mean)
+register_rule("shard_rule", "softmax", "log_softmax")(_along_axis_fixed)
+register_rule("shard_rule", "transpose")(_transpose)
+register_rule("shard_rule", "swapaxes")(_swapaxes)
+register_rule("shard_rule", "reshape_to")(_reshape)
+register_rule("shard_rule", "broadcast_to")(_broadcast_to)
+register_rule("shard_rule", "sum_to")(_sum_to)
+register_rule("shard_rule", "layer_norm")(_layer_norm)
+register_rule("shard_rule", "softmax_cross_entropy")(_softmax_cross_entropy)
+register_rule("shard_rule", "gather")(_gather)
+register_rule("shard_rule", "bernoulli_mask")(_shape_only)
 
 
-def register_rules():
-    """Attach the rules to the primitives (elementwise ops share one); idempotent."""
-    for name, prim in REGISTRY.items():
-        if prim.shard_rule is not None:
-            continue
-        if name in _RULES:
-            prim.defshard(_RULES[name])
-        elif prim.kind == "elementwise" and not prim.stateful and "shape" not in prim.attr_names:
-            prim.defshard(_elementwise)
+def shard_rule_of(prim):
+    """The op's own rule; an elementwise op without one (kits' ops included) shares `_elementwise`."""
+    if prim.shard_rule is not None:
+        return prim.shard_rule
+    if prim.kind == "elementwise" and not prim.stateful and "shape" not in prim.attr_names:
+        return _elementwise
+    return None
 
 
 def spec_for(prim, shapes, attrs):
     """The OpSpec of one call from its inputs' global shapes (None for a missing input), or None
     when the op has no rule (it then runs whole)."""
-    rule = prim.shard_rule
+    rule = shard_rule_of(prim)
     if rule is None or (rule is not _elementwise and shapes and shapes[0] is None):
         return None
     return rule(tuple(shapes), attrs)

@@ -9,7 +9,7 @@ import pytest
 
 import mstrain as ms
 from mstrain import nn
-from mstrain.graph.sink import GraphSinkRunner
+from mstrain.train.sink import GraphSinkRunner
 from mstrain.train.callback import Callback
 
 STEPS = 50

@@ -10,7 +10,7 @@ from mstrain import nn, ops
 from mstrain.graph import compile_graph
 from mstrain.graph.memory import Step, plan_memory
 from mstrain.graph.ir import Node
-from mstrain.graph.sink import GraphSinkRunner
+from mstrain.train.sink import GraphSinkRunner
 
 
 def _value(nbytes):
@@ -82,7 +82,7 @@ def test_steady_state_step_allocates_no_arrays():
     rng = np.random.default_rng(1)
     batch = (rng.standard_normal((64, 64), dtype=np.float32), rng.integers(0, 64, 64))
     runner.run([batch] * 3)
-    (entry,) = runner._function._cache.values()
+    (entry,) = runner.compiled_calls()
     executable = entry.executable
     tracemalloc.start()
     try:

@@ -8,7 +8,7 @@ import mstrain as ms
 from mstrain import nn
 from mstrain.graph import compile_graph
 from mstrain.graph.native import NativeProgram, gemm_params, runtime
-from mstrain.graph.sink import GraphSinkRunner
+from mstrain.train.sink import GraphSinkRunner
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -71,6 +71,6 @@ def test_loop_in_c_equals_one_step_at_a_time():
     one_by_one = runner()
     separate = np.concatenate([one_by_one.run([b]) for b in batches])
     np.testing.assert_array_equal(together, separate)
-    (entry,) = one_by_one._function._cache.values()
+    (entry,) = one_by_one.compiled_calls()
     assert entry.executable.native().python_calls == 0  # every kernel of this step runs in C
     assert np.isfinite(one_by_one.step_seconds).all()

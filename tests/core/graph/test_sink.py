@@ -5,7 +5,7 @@ import pytest
 
 import mstrain as ms
 from mstrain import nn, ops
-from mstrain.graph.sink import GraphSinkRunner
+from mstrain.train.sink import GraphSinkRunner
 from mstrain.ops import functional as F
 
 STEPS = 100
@@ -146,7 +146,7 @@ def test_compile_without_running_leaves_state_and_random_stream_alone():
     x, y = _data("block", 1)[0]
     state, rng = _params(cell), ms.random.default_generator().random()
     ms.set_seed(7)
-    function = GraphSinkRunner(cell)._function
+    function = GraphSinkRunner(cell).function
     function.compile_without_running(ms.Tensor(x), ms.Tensor(y))
     assert function.compile_count == 1
     assert ms.random.default_generator().random() == rng

@@ -5,8 +5,7 @@ import pytest
 from mstrain import kernels
 from mstrain.errors import ShapeError
 
-KERNEL_NAMES = ["scatter_add_rows", "segment_sum", "segment_max", "segment_softmax", "spmm_csr",
-                "adam_update"]
+KERNEL_NAMES = ["scatter_add_rows", "segment_sum", "segment_max", "segment_softmax"]
 
 
 @pytest.fixture(params=["native", "numpy"])
@@ -56,21 +55,6 @@ def _loop_softmax(scores, ids, segments):
             e = np.exp(scores[members] - scores[members].max(axis=0))
             out[members] = e / e.sum(axis=0)
     return out
-
-
-def _dense_from_csr(indptr, indices, values, n_cols):
-    a = np.zeros((len(indptr) - 1, n_cols))
-    for r in range(len(indptr) - 1):
-        for k in range(indptr[r], indptr[r + 1]):
-            a[r, indices[k]] += values[k]
-    return a
-
-
-def _random_csr(rng, rows, cols, density, index_dtype):
-    mask = rng.random((rows, cols)) < density
-    indptr = np.concatenate([[0], np.cumsum(mask.sum(axis=1))]).astype(index_dtype)
-    indices = np.nonzero(mask)[1].astype(index_dtype)
-    return indptr, indices, rng.standard_normal(indices.size)
 
 
 # -- scatter_add_rows ------------------------------------------------------------------------------
@@ -170,74 +154,6 @@ def test_segment_softmax_matches_loop_and_sums_to_one(path, dtype, index_dtype, 
     np.testing.assert_allclose(out, _loop_softmax(data, ids, segments), **_tol(dtype))
     present = np.unique(ids)
     np.testing.assert_allclose(kernels.segment_sum(out, ids, segments)[present], 1.0, rtol=1e-5)
-
-
-# -- spmm_csr --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("rows,cols,width,density", [(7, 5, 3, 0.4), (1, 1, 1, 1.0), (9, 4, 6, 0.0),
-                                                     (0, 3, 2, 0.5), (13, 11, 1, 0.3), (257, 190, 67, 0.1)])
-def test_spmm_csr_matches_dense_product(path, dtype, index_dtype, rows, cols, width, density):
-    rng = np.random.default_rng(rows + cols * 3)
-    indptr, indices, values = _random_csr(rng, rows, cols, density, index_dtype)
-    dense = rng.standard_normal((cols, width)).astype(dtype)
-    out = kernels.spmm_csr(indptr, indices, values, dense)
-    assert out.shape == (rows, width) and out.dtype == dtype
-    expected = _dense_from_csr(indptr, indices, values.astype(dtype), cols) @ dense.astype(np.float64)
-    np.testing.assert_allclose(out, expected, **_tol(dtype))
-
-
-def test_spmm_csr_repeated_columns_vector_and_errors(path):
-    indptr, indices, values = [0, 3, 3, 4], [1, 1, 0, 2], [1.0, 2.0, 3.0, 4.0]
-    vector = np.array([10.0, 20.0, 30.0])
-    np.testing.assert_allclose(kernels.spmm_csr(indptr, indices, values, vector), [3 * 20 + 3 * 10, 0, 120])
-    mixed = kernels.spmm_csr(np.array(indptr, np.int32), np.array(indices, np.int64), values, vector[:, None])
-    np.testing.assert_allclose(mixed[:, 0], [90, 0, 120])
-    with pytest.raises(IndexError, match="outside \\[0, 2\\)"):
-        kernels.spmm_csr(indptr, indices, values, np.ones((2, 2)))
-    with pytest.raises(ShapeError, match="indptr must rise"):
-        kernels.spmm_csr([0, 2], [0], [1.0], np.ones((2, 2)))
-
-
-# -- adam_update -----------------------------------------------------------------------------------
-def _adam_by_formula(p, m, v, g, lr, b1, b2, eps, wd, bc1, bc2, decoupled):
-    p, m, v, g = (a.astype(np.float64) for a in (p, m, v, g))
-    if not decoupled:
-        g = g + wd * p
-    m = b1 * m + (1 - b1) * g
-    v = b2 * v + (1 - b2) * g * g
-    if decoupled:
-        p = p - lr * wd * p
-    return p - lr * (m / bc1) / (np.sqrt(v / bc2) + eps), m, v
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", [(7,), (3, 5), (0,), (129, 257)])
-@pytest.mark.parametrize("decoupled", [False, True])
-def test_adam_update_matches_formula_over_steps(path, dtype, shape, decoupled):
-    rng = np.random.default_rng(sum(shape) + decoupled)
-    p = rng.standard_normal(shape).astype(dtype)
-    m, v = np.zeros_like(p), np.zeros_like(p)
-    ref = (p.copy(), m.copy(), v.copy())
-    lr, b1, b2, eps, wd = 1e-2, 0.9, 0.95, 1e-8, 0.1
-    for step in range(1, 4):
-        g = rng.standard_normal(shape).astype(dtype)
-        bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
-        kernels.adam_update(p, m, v, g, lr, b1, b2, eps, wd, bc1, bc2, decoupled_weight_decay=decoupled)
-        ref = _adam_by_formula(*ref, g, lr, b1, b2, eps, wd, bc1, bc2, decoupled)
-    for got, want in zip((p, m, v), ref):
-        np.testing.assert_allclose(got, want, **_tol(dtype))
-
-
-def test_adamw_update_is_decoupled_adam(path):
-    p1, p2 = np.array([1.0, -2.0]), np.array([1.0, -2.0])
-    states = [np.zeros(2) for _ in range(4)]
-    kernels.adamw_update(p1, states[0], states[1], np.array([0.5, 0.5]), 0.1, weight_decay=0.5)
-    kernels.adam_update(p2, states[2], states[3], np.array([0.5, 0.5]), 0.1, weight_decay=0.5,
-                        decoupled_weight_decay=True)
-    np.testing.assert_array_equal(p1, p2)
-    with pytest.raises(ShapeError, match="m is float32"):
-        kernels.adam_update(np.zeros(2), np.zeros(2, np.float32), np.zeros(2), np.zeros(2), 0.1)
 
 
 def test_unsupported_dtype_uses_numpy_path(either_path):

@@ -215,3 +215,18 @@ def test_cell_dict():
     assert [p.name for p in heads.trainable_params()] == ["b.weight", "b.bias"]
     with pytest.raises(KeyError, match="without '.'"):
         heads["x.y"] = nn.ReLU()
+
+
+def test_cast_param_follows_to_float_and_asnumpy_shares_memory():
+    dense = nn.Dense(3, 2)
+    weight = dense.weight
+    assert dense.cast_param(weight) is weight and dense.cast_param(None) is None  # no to_float: as is
+    dense.to_float(ms.float16)
+    cast = dense.cast_param(weight)
+    assert cast.dtype == ms.float16 and weight.dtype == ms.float32
+    np.testing.assert_array_equal(cast.asnumpy(), weight.asnumpy().astype(np.float16))
+    steps = ms.Parameter(ms.Tensor(np.array([1, 2], np.int32)), name="steps")
+    assert dense.cast_param(steps) is steps  # only floating Parameters are cast
+    view = weight.asnumpy()
+    view[0, 0] = 7.0  # asnumpy is the Tensor's own storage, no copy
+    assert float(weight.asnumpy()[0, 0]) == 7.0

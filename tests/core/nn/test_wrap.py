@@ -6,7 +6,6 @@ import pytest
 
 import mstrain as ms
 from mstrain import Tensor, nn
-from mstrain.nn import wrap
 
 
 class MLP(nn.Cell):
@@ -140,8 +139,9 @@ def test_loss_scale_cell_rejects_other_scale_senses():
     (dict(parallel_mode="auto_parallel", device_num=4, model_parallel=4, pipeline_stages=1), 1),
 ])
 def test_data_parallel_degree_decides_the_grad_reducer(context, degree):
+    from mstrain.parallel import auto_wrap
     values = {"model_parallel": 1, "pipeline_stages": 1, "device_num": 1, **context}
-    assert wrap._data_parallel_degree(values.__getitem__) == degree
+    assert auto_wrap._data_parallel_degree(values.__getitem__) == degree
 
 
 def test_stand_alone_grad_reducer_is_identity():

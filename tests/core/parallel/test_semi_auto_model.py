@@ -4,9 +4,10 @@ whole batch with full_batch) and the trained weights equal one process's."""
 import numpy as np
 import pytest
 
+import mstrain as ms
 from mstrain import nn
 from mstrain.errors import ParallelConfigError
-from mstrain.parallel import auto_wrap, reset_auto_parallel_context, set_auto_parallel_context
+from mstrain.parallel import DistributedGradReducer, auto_wrap, reset_auto_parallel_context, set_auto_parallel_context
 from mstrain.parallel.spmd import SemiAutoParallelCell, batch_layout
 from mstrain.parallel.context import data_shard
 
@@ -70,7 +71,7 @@ def test_pipeline_stages_without_a_pipeline_cell_fail_naming_the_keys(fake_world
     net = nn.WithLossCell(nn.Dense(4, 2), nn.MSELoss())
     with pytest.raises(ParallelConfigError, match=r"parallel_mode=semi_auto_parallel with pipeline_stages=2 .*"
                                                   r"Model\(PipelineCell\(net, loss_fn, micro_batch_num\), optimizer=opt\)"):
-        nn.TrainOneStepCell(net, nn.SGD(net.trainable_params(), 0.1))
+        ms.build_train_network(net, nn.SGD(net.trainable_params(), 0.1))
 
 
 def test_the_network_is_wrapped_once_and_only_under_the_planned_modes(fake_world):
@@ -85,3 +86,30 @@ def test_the_network_is_wrapped_once_and_only_under_the_planned_modes(fake_world
     set_auto_parallel_context(dataset_strategy=((4, 1), (4, 1)))
     with pytest.raises(ParallelConfigError, match="dataset_strategy"):
         auto_wrap.plan_train_network(net)
+
+
+@pytest.mark.parametrize("context,degree", [
+    (dict(parallel_mode="stand_alone"), 1),
+    (dict(parallel_mode="data_parallel", device_num=4), 4),
+    (dict(parallel_mode="hybrid_parallel", device_num=2), 2),
+    (dict(parallel_mode="semi_auto_parallel", device_num=8, model_parallel=2, pipeline_stages=2), 2),
+    (dict(parallel_mode="auto_parallel", device_num=4, model_parallel=4, pipeline_stages=1), 1),
+])
+def test_data_parallel_degree_decides_the_grad_reducer(context, degree):
+    values = {"model_parallel": 1, "pipeline_stages": 1, "device_num": 1, **context}
+    assert auto_wrap._data_parallel_degree(values.__getitem__) == degree
+
+
+def test_stand_alone_plan_is_the_network_and_optimizer_as_given_with_no_reducer():
+    net = nn.WithLossCell(nn.Dense(4, 2), nn.MSELoss())
+    optimizer = nn.SGD(net.trainable_params(), 0.1)
+    assert auto_wrap.plan_train_step(net, optimizer) == (net, optimizer, None)
+
+
+def test_data_parallel_plan_reduces_the_gradients_unless_the_optimizer_shards(fake_world):
+    net = nn.WithLossCell(nn.Dense(4, 2), nn.MSELoss())
+    optimizer = nn.SGD(net.trainable_params(), 0.1)
+    set_auto_parallel_context(parallel_mode="data_parallel", device_num=4)
+    assert isinstance(auto_wrap.make_grad_reducer(optimizer.parameters), DistributedGradReducer)
+    set_auto_parallel_context(enable_parallel_optimizer=True)
+    assert auto_wrap.make_grad_reducer(optimizer.parameters) is None

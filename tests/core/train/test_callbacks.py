@@ -104,7 +104,7 @@ def test_the_runner_seam_chooses_the_compiled_runner_for_sink_mode(monkeypatch):
             self.calls.append(len(batches))
             return [np.float32(i) for i in range(len(batches))]
 
-    monkeypatch.setattr(runner_module, "graph_sink_runner_class", lambda: FakeCompiledRunner)
+    monkeypatch.setattr(runner_module, "GraphSinkRunner", FakeCompiledRunner)
     model = ms.Model(CountingStep())
     assert isinstance(model._make_runner(False), runner_module.EagerRunner)
     model.train(2, id_batches(5), dataset_sink_mode=True, sink_size=4)

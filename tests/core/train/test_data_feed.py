@@ -144,6 +144,10 @@ def test_model_sink_mode_feeds_through_the_queue_and_reraises_pipeline_errors(mo
     ms.Model(step).train(1, id_batches(3))
     assert made == []  # non-sink: no prefetch thread, one host round trip per step
     ms.Model(step).train(1, id_batches(3), dataset_sink_mode=True)
+    assert made == []  # a list of ready batches: nothing to prefetch
+    ready = ms.dataset.NumpySlicesDataset({"x": np.zeros((3, 1), np.float32), "y": np.zeros((3, 1), np.int32)},
+                                          shuffle=False).batch(1)
+    ms.Model(step).train(1, ready, dataset_sink_mode=True)
     assert len(made) == 1 and not made[0].producer_thread.is_alive()
 
     x = np.arange(10, dtype=np.float32).reshape(10, 1, 1)

@@ -4,6 +4,7 @@ import pytest
 
 import mstrain as ms
 from mstrain import nn
+from mstrain.errors import UserError
 from mstrain.train import callback as cb
 from mstrain.train.metrics import Accuracy, Loss
 
@@ -115,7 +116,22 @@ def test_model_construction_errors():
         ms.Model(net, nn.MSELoss()).train(1, [(np.zeros((1, 6)), np.zeros((1, 3)))])
     with pytest.raises(ValueError, match="needs metrics"):
         ms.Model(net, nn.MSELoss()).eval([(np.zeros((1, 6), np.float32), np.zeros((1, 3), np.float32))])
-    with pytest.raises(ValueError, match="sink_size"):
-        make_model()[0].train(1, as_batches(*make_data()), dataset_sink_mode=True, sink_size=0)
+    for bad in (0, -2, 2.5):  # one rule with the config schema (mstrain.sinking): a UserError naming it
+        with pytest.raises(UserError, match="sink_size"):
+            make_model()[0].train(1, as_batches(*make_data()), dataset_sink_mode=True, sink_size=bad)
     with pytest.raises(ValueError, match="amp_level"):
         make_model(amp_level="O4")
+
+
+@pytest.mark.parametrize("sink_size,sink_mode,steps", [(-1, True, 7), (3, True, 3), (3, False, 7), (-1, False, 7)])
+def test_steps_per_epoch_follow_the_sink_size_rule(sink_size, sink_mode, steps):
+    from mstrain.sinking import steps_per_epoch
+    assert steps_per_epoch(sink_size, 7, sink_mode) == steps
+
+    class LastStep(cb.Callback):
+        def on_train_end(self, run_context):
+            self.step = run_context.original_args().cur_step_num
+    last = LastStep()
+    make_model()[0].train(1, as_batches(*make_data(), batch=4)[:7], callbacks=[last],
+                          dataset_sink_mode=sink_mode, sink_size=sink_size)
+    assert last.step == steps  # Model runs what the rule says (the mlp job sizes its schedule by it too)

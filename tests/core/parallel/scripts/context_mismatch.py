@@ -1,6 +1,6 @@
-"""The Python-API parallel context checked across ranks where training starts (TrainOneStepCell).
+"""The Python-API parallel context checked across ranks where training starts (build_train_network).
 argv: out mode; mode: mismatch (rank 1 sets a different gradients_mean: the job must end naming it),
-same (the same context everywhere: one all-gather per TrainOneStepCell built)."""
+same (the same context everywhere: one all-gather per train network built)."""
 import sys
 
 from _common import comm, ms, mlp, out_dir, save
@@ -26,7 +26,7 @@ ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=mode 
 def _build_step():
     net = mlp()
     loss = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
-    return nn.TrainOneStepCell(loss, nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9))
+    return ms.build_train_network(loss, nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9))
 
 
 _build_step()

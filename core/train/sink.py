@@ -14,11 +14,9 @@ import warnings
 
 import numpy as np
 
-from ..tensor import Tensor
 from ..graph.trace import TracingError
-from ..log import get_logger
-
-_log = get_logger("graph")
+from ..jit import JitFunction
+from ..tensor import Tensor
 
 
 def _signature(batch):
@@ -44,7 +42,6 @@ class GraphSinkRunner:
     """Run a training cell as one compiled step, many steps per call (see the module docstring)."""
 
     def __init__(self, train_network):
-        from ..jit import JitFunction
         self.network = train_network
         self.step_seconds = None  # wall time of each step of the last run (loop sink in C)
         self._function = JitFunction(lambda *inputs: type(train_network).__call__(train_network, *inputs),
@@ -57,8 +54,17 @@ class GraphSinkRunner:
         """How many step graphs were compiled (one per batch signature and train/eval phase)."""
         return self._function.compile_count
 
+    @property
+    def function(self):
+        """The JitFunction compiling the step (one CompiledCall per batch signature and phase)."""
+        return self._function
+
     def graphs(self):
         return self._function.graphs()
+
+    def compiled_calls(self):
+        """The CompiledCall of each compiled step signature (graph, executable), oldest first."""
+        return self._function.compiled_calls()
 
     def run(self, batches):
         """Execute one training step per batch. Returns the losses as a float64 array; steps a
@@ -104,15 +110,12 @@ class GraphSinkRunner:
                 eager[k] = self.network(*[Tensor._wrap(a) for a in batches[k]])
                 losses[k] = _loss_number(eager[k])
             return eager
-        self._loop(entry, batches[first:], losses[first:], seconds[first:])
+        # the loop sink: load, run the plan, keep the loss; no other work per step
+        entry.executable.run_steps(batches[first:], entry.first_tensor_output(), losses[first:], seconds[first:])
         return eager
 
     def _entry(self, batch):
-        from ..jit import _flatten
-        leaves, keep = [], []
-        args = tuple(Tensor._wrap(a) for a in batch)
-        key = (_flatten(args, leaves, keep), _flatten({}, leaves, keep), self._function.phase())
-        return self._function._cache.get(key)
+        return self._function.compiled_call(*[Tensor._wrap(a) for a in batch])
 
     def _compile(self, batch):
         """Trace the step on `batch` with its effects undone (so even the first step's numbers are
@@ -126,31 +129,3 @@ class GraphSinkRunner:
                           "its steps run eagerly")
             self._eager = True
             return self.network(*[Tensor._wrap(a) for a in batch])
-
-    @staticmethod
-    def _loop(entry, batches, losses, seconds):
-        """The loop sink: load, run the plan, keep the loss; no other work per step."""
-        executable = entry.executable
-        executable._check_residents()
-        loss = executable.output_arrays()[_loss_position(entry)]
-        program = executable.native()
-        if program is not None and isinstance(loss, np.ndarray) and loss.dtype in (np.float32, np.float64):
-            program.loop(executable._input_buffers, batches, loss, losses, seconds)
-            return
-        load, step = executable.load_inputs, executable.step
-        for k, batch in enumerate(batches):
-            load(batch)
-            step()
-            losses[k] = loss
-
-
-def _loss_position(entry):
-    """Index of the loss among the compiled graph's outputs (the first Tensor the step returns)."""
-    stack = [entry.structure]
-    while stack:
-        node = stack.pop(0)
-        if node[0] == "T":
-            return node[1]
-        if node[0] != "S":
-            stack = [child[1] if node[0] is dict else child for child in node[1:]] + stack
-    raise TypeError("the training step returns no Tensor")

@@ -13,19 +13,35 @@ The message-passing steps of GCN and GAT on H heads of F features each:
     graph_gat_attention_backward(indptr, indices, alpha, g, src, dst, slope) -> (grad_src, grad_dst)
 
 Shapes: values / scores / alpha / g (nnz, H); dense, b (K, H, F); a (R, H, F); src (K, H); dst (R, H). Each function checks
-its inputs once, then runs the C++ kernel of `core/kernels/src/graph_csr.cpp` when it is built (and
-not disabled by MSTRAIN_DISABLE_KERNELS), else the numpy reference `reference_<name>` below; the
+its inputs once, then runs the C++ kernel of `gnn/kernels/src/graph_csr.cpp` (built by setup.py as
+`mstrain.gnn.kernels._graph_csr`, reached through `mstrain.kernels.native_module`) when it is built
+(and not disabled by MSTRAIN_DISABLE_KERNELS), else the numpy reference `reference_<name>` below; the
 tests compare the two. float16 inputs run in float32 and return float16 (fp32 accumulation).
 """
 import numpy as np
 
-from ..errors import ShapeError
-from . import _native
+from mstrain.errors import ShapeError
+from mstrain.kernels import native_module
 
-__all__ = ["graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_csr_softmax", "graph_csr_softmax_backward",
+__all__ = ["available", "graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_csr_softmax", "graph_csr_softmax_backward",
            "graph_gat_attention", "graph_gat_attention_backward", "row_reduce"]
 
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _native(name, *arrays):
+    """The C++ function `name` when the extension is built (and kernels are enabled) and every
+    array is C-contiguous, else None."""
+    module = native_module("mstrain.gnn", "graph_csr")
+    if module is None or not all(a.flags.c_contiguous for a in arrays):
+        return None
+    return getattr(module, name)
+
+
+def available(name):
+    """True when the C++ kernel `name` will run (built, loadable, not disabled)."""
+    module = native_module("mstrain.gnn", "graph_csr")
+    return module is not None and hasattr(module, name)
 
 
 # ---- numpy references ---------------------------------------------------------------------------

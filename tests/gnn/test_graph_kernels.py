@@ -1,10 +1,9 @@
-"""The multi-head graph kernels (mstrain.kernels.graph): C++ and numpy paths against plain loops."""
+"""The GNN kit's multi-head graph kernels (mstrain.gnn.kernels.graph): C++ and numpy paths against plain loops."""
 import numpy as np
 import pytest
 
-from mstrain import kernels
 from mstrain.errors import ShapeError
-from mstrain.kernels import graph as G
+from mstrain.gnn.kernels import graph as G
 
 NAMES = ["graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_csr_softmax", "graph_csr_softmax_backward",
          "graph_gat_attention", "graph_gat_attention_backward"]
@@ -17,7 +16,7 @@ def path(request, monkeypatch):
         monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "1")
     else:
         monkeypatch.delenv("MSTRAIN_DISABLE_KERNELS", raising=False)
-        if not all(kernels.available(name) for name in NAMES):
+        if not all(G.available(name) for name in NAMES):
             pytest.skip("C++ graph kernels are not built (pip install -e . builds them)")
         for name in NAMES:  # prove the native path runs: the reference would now fail
             monkeypatch.setattr(G, f"reference_{name}", _must_not_run)
@@ -133,7 +132,7 @@ def test_float16_runs_in_float32_and_returns_float16(path):
 
 def test_native_and_numpy_agree_on_a_large_graph(monkeypatch):
     """Big enough for the OpenMP path of every kernel."""
-    if not all(kernels.available(name) for name in NAMES):
+    if not all(G.available(name) for name in NAMES):
         pytest.skip("C++ graph kernels are not built")
     rng = np.random.default_rng(5)
     rows, nnz = 3000, 60000

@@ -233,37 +233,20 @@ py::array graph_spmm(py::array indptr, py::array indices, py::array values, py::
         values.shape(1) != dense.shape(1)) {
         throw std::invalid_argument("expected values (nnz, H) and dense (K, H, F)");
     }
-    return with_float(dense, [&](auto t) -> py::array {
+    const int64_t rows = indptr.shape(0) - 1, heads = dense.shape(1), width = dense.shape(2);
+    return with_float_index({{dense, "dense"}, {values, "values"}}, {{indptr, "indptr"}, {indices, "indices"}},
+                            [&](auto t, auto i) -> py::array {
         using T = decltype(t);
-        require_dtype<T>(dense, "dense");
-        require_dtype<T>(values, "values");
-        const int64_t rows = indptr.shape(0) - 1, heads = dense.shape(1), width = dense.shape(2);
+        using I = decltype(i);
         py::array_t<T> out({rows, heads, width});
-        with_index(indptr, [&](auto i) {
-            using I = decltype(i);
-            require_dtype<I>(indices, "indices");
-            T* o = out.mutable_data();
-            const I* p = static_cast<const I*>(indptr.data());
-            const I* idx = static_cast<const I*>(indices.data());
-            const T* v = static_cast<const T*>(values.data());
-            const T* d = static_cast<const T*>(dense.data());
+        T* o = out.mutable_data();
+        {
             py::gil_scoped_release release;
-            spmm_heads_rows(o, p, idx, v, d, rows, heads, width);
-        });
+            spmm_heads_rows(o, data_as<I>(indptr), data_as<I>(indices), data_as<T>(values), data_as<T>(dense), rows,
+                            heads, width);
+        }
         return out;
     });
-}
-
-// Single-head CSR @ dense (the GCN propagation step; core.kernels.spmm_csr): graph_spmm with H = 1.
-py::array spmm_csr(py::array indptr, py::array indices, py::array values, py::array dense) {
-    if (indptr.ndim() != 1 || indices.ndim() != 1 || values.ndim() != 1 || dense.ndim() != 2 ||
-        values.shape(0) != indices.shape(0) || indptr.shape(0) < 1) {
-        throw std::invalid_argument("expected indptr (R+1,), indices (nnz,), values (nnz,), dense (K, F)");
-    }
-    const py::ssize_t rows = indptr.shape(0) - 1, width = dense.shape(1);
-    py::array out = graph_spmm(indptr, indices, values.reshape({values.shape(0), py::ssize_t(1)}),
-                               dense.reshape({dense.shape(0), py::ssize_t(1), width}));
-    return out.reshape({rows, width});
 }
 
 py::array graph_spmm_t(py::array indptr, py::array indices, py::array values, py::array dense, int64_t cols) {
@@ -272,23 +255,18 @@ py::array graph_spmm_t(py::array indptr, py::array indices, py::array values, py
         values.shape(1) != dense.shape(1) || dense.shape(0) != indptr.shape(0) - 1) {
         throw std::invalid_argument("expected values (nnz, H) and dense (R, H, F)");
     }
-    return with_float(dense, [&](auto t) -> py::array {
+    const int64_t rows = dense.shape(0), heads = dense.shape(1), width = dense.shape(2);
+    return with_float_index({{dense, "dense"}, {values, "values"}}, {{indptr, "indptr"}, {indices, "indices"}},
+                            [&](auto t, auto i) -> py::array {
         using T = decltype(t);
-        require_dtype<T>(dense, "dense");
-        require_dtype<T>(values, "values");
-        const int64_t rows = dense.shape(0), heads = dense.shape(1), width = dense.shape(2);
+        using I = decltype(i);
         py::array_t<T> out({cols, heads, width});
-        with_index(indptr, [&](auto i) {
-            using I = decltype(i);
-            require_dtype<I>(indices, "indices");
-            T* o = out.mutable_data();
-            const I* p = static_cast<const I*>(indptr.data());
-            const I* idx = static_cast<const I*>(indices.data());
-            const T* v = static_cast<const T*>(values.data());
-            const T* d = static_cast<const T*>(dense.data());
+        T* o = out.mutable_data();
+        {
             py::gil_scoped_release release;
-            spmm_t_rows(o, p, idx, v, d, rows, cols, heads, width);
-        });
+            spmm_t_rows(o, data_as<I>(indptr), data_as<I>(indices), data_as<T>(values), data_as<T>(dense), rows, cols,
+                        heads, width);
+        }
         return out;
     });
 }
@@ -299,43 +277,34 @@ py::array graph_sddmm(py::array indptr, py::array indices, py::array a, py::arra
         a.shape(0) != indptr.shape(0) - 1) {
         throw std::invalid_argument("expected a (R, H, F) and b (K, H, F)");
     }
-    return with_float(a, [&](auto t) -> py::array {
+    const int64_t rows = a.shape(0), heads = a.shape(1), width = a.shape(2), nnz = indices.shape(0);
+    return with_float_index({{a, "a"}, {b, "b"}}, {{indptr, "indptr"}, {indices, "indices"}},
+                            [&](auto t, auto i) -> py::array {
         using T = decltype(t);
-        require_dtype<T>(a, "a");
-        require_dtype<T>(b, "b");
-        const int64_t rows = a.shape(0), heads = a.shape(1), width = a.shape(2);
-        py::array_t<T> out({static_cast<int64_t>(indices.shape(0)), heads});
-        with_index(indptr, [&](auto i) {
-            using I = decltype(i);
-            require_dtype<I>(indices, "indices");
-            T* o = out.mutable_data();
-            const I* p = static_cast<const I*>(indptr.data());
-            const I* idx = static_cast<const I*>(indices.data());
-            const T* x = static_cast<const T*>(a.data());
-            const T* y = static_cast<const T*>(b.data());
+        using I = decltype(i);
+        py::array_t<T> out({nnz, heads});
+        T* o = out.mutable_data();
+        {
             py::gil_scoped_release release;
-            sddmm_heads_rows(o, p, idx, x, y, rows, heads, width);
-        });
+            sddmm_heads_rows(o, data_as<I>(indptr), data_as<I>(indices), data_as<T>(a), data_as<T>(b), rows, heads,
+                             width);
+        }
         return out;
     });
 }
 
 py::array graph_csr_softmax(py::array indptr, py::array scores) {
     if (indptr.ndim() != 1 || scores.ndim() != 2) throw std::invalid_argument("expected indptr (R+1,), scores (nnz, H)");
-    require_contiguous(indptr, "indptr");
-    return with_float(scores, [&](auto t) -> py::array {
+    const int64_t rows = indptr.shape(0) - 1, heads = scores.shape(1), nnz = scores.shape(0);
+    return with_float_index({{scores, "scores"}}, {{indptr, "indptr"}}, [&](auto t, auto i) -> py::array {
         using T = decltype(t);
-        require_dtype<T>(scores, "scores");
-        const int64_t rows = indptr.shape(0) - 1, heads = scores.shape(1);
-        py::array_t<T> out({static_cast<int64_t>(scores.shape(0)), heads});
-        with_index(indptr, [&](auto i) {
-            using I = decltype(i);
-            T* o = out.mutable_data();
-            const I* p = static_cast<const I*>(indptr.data());
-            const T* s = static_cast<const T*>(scores.data());
+        using I = decltype(i);
+        py::array_t<T> out({nnz, heads});
+        T* o = out.mutable_data();
+        {
             py::gil_scoped_release release;
-            softmax_rows(o, p, s, rows, heads);
-        });
+            softmax_rows(o, data_as<I>(indptr), data_as<T>(scores), rows, heads);
+        }
         return out;
     });
 }
@@ -345,22 +314,17 @@ py::array graph_csr_softmax_backward(py::array indptr, py::array alpha, py::arra
         alpha.shape(1) != grad.shape(1)) {
         throw std::invalid_argument("expected indptr (R+1,), alpha and grad (nnz, H)");
     }
-    require_contiguous(indptr, "indptr");
-    return with_float(alpha, [&](auto t) -> py::array {
+    const int64_t rows = indptr.shape(0) - 1, heads = alpha.shape(1), nnz = alpha.shape(0);
+    return with_float_index({{alpha, "alpha"}, {grad, "grad"}}, {{indptr, "indptr"}},
+                            [&](auto t, auto i) -> py::array {
         using T = decltype(t);
-        require_dtype<T>(alpha, "alpha");
-        require_dtype<T>(grad, "grad");
-        const int64_t rows = indptr.shape(0) - 1, heads = alpha.shape(1);
-        py::array_t<T> out({static_cast<int64_t>(alpha.shape(0)), heads});
-        with_index(indptr, [&](auto i) {
-            using I = decltype(i);
-            T* o = out.mutable_data();
-            const I* p = static_cast<const I*>(indptr.data());
-            const T* a = static_cast<const T*>(alpha.data());
-            const T* g = static_cast<const T*>(grad.data());
+        using I = decltype(i);
+        py::array_t<T> out({nnz, heads});
+        T* o = out.mutable_data();
+        {
             py::gil_scoped_release release;
-            softmax_backward_rows(o, p, a, g, rows, heads);
-        });
+            softmax_backward_rows(o, data_as<I>(indptr), data_as<T>(alpha), data_as<T>(grad), rows, heads);
+        }
         return out;
     });
 }
@@ -372,23 +336,18 @@ py::array graph_gat_attention(py::array indptr, py::array indices, py::array src
         dst.shape(0) != indptr.shape(0) - 1) {
         throw std::invalid_argument("expected src (K, H) and dst (R, H)");
     }
-    return with_float(src, [&](auto t) -> py::array {
+    const int64_t rows = dst.shape(0), heads = dst.shape(1), nnz = indices.shape(0);
+    return with_float_index({{src, "src"}, {dst, "dst"}}, {{indptr, "indptr"}, {indices, "indices"}},
+                            [&](auto t, auto i) -> py::array {
         using T = decltype(t);
-        require_dtype<T>(src, "src");
-        require_dtype<T>(dst, "dst");
-        const int64_t rows = dst.shape(0), heads = dst.shape(1);
-        py::array_t<T> out({static_cast<int64_t>(indices.shape(0)), heads});
-        with_index(indptr, [&](auto i) {
-            using I = decltype(i);
-            require_dtype<I>(indices, "indices");
-            T* o = out.mutable_data();
-            const I* p = static_cast<const I*>(indptr.data());
-            const I* idx = static_cast<const I*>(indices.data());
-            const T* s = static_cast<const T*>(src.data());
-            const T* d = static_cast<const T*>(dst.data());
+        using I = decltype(i);
+        py::array_t<T> out({nnz, heads});
+        T* o = out.mutable_data();
+        {
             py::gil_scoped_release release;
-            gat_attention_rows(o, p, idx, s, d, rows, heads, static_cast<T>(slope));
-        });
+            gat_attention_rows(o, data_as<I>(indptr), data_as<I>(indices), data_as<T>(src), data_as<T>(dst), rows,
+                               heads, static_cast<T>(slope));
+        }
         return out;
     });
 }
@@ -402,27 +361,21 @@ py::tuple graph_gat_attention_backward(py::array indptr, py::array indices, py::
         dst.shape(0) != indptr.shape(0) - 1) {
         throw std::invalid_argument("expected alpha, grad (nnz, H), src (K, H), dst (R, H)");
     }
-    return with_float(src, [&](auto t) -> py::tuple {
+    const int64_t rows = dst.shape(0), cols = src.shape(0), heads = dst.shape(1), nnz = indices.shape(0);
+    return with_float_index({{src, "src"}, {alpha, "alpha"}, {grad, "grad"}, {dst, "dst"}},
+                            {{indptr, "indptr"}, {indices, "indices"}}, [&](auto t, auto i) -> py::tuple {
         using T = decltype(t);
-        for (auto* a : {&alpha, &grad, &src, &dst}) require_dtype<T>(*a, "alpha/grad/src/dst");
-        const int64_t rows = dst.shape(0), cols = src.shape(0), heads = dst.shape(1);
+        using I = decltype(i);
         py::array_t<T> grad_src({cols, heads}), grad_dst({rows, heads});
-        std::vector<T> scratch(static_cast<size_t>(indices.shape(0) * heads));
-        with_index(indptr, [&](auto i) {
-            using I = decltype(i);
-            require_dtype<I>(indices, "indices");
-            T* gs = grad_src.mutable_data();
-            T* gd = grad_dst.mutable_data();
-            const I* p = static_cast<const I*>(indptr.data());
-            const I* idx = static_cast<const I*>(indices.data());
-            const T* a = static_cast<const T*>(alpha.data());
-            const T* g = static_cast<const T*>(grad.data());
-            const T* s = static_cast<const T*>(src.data());
-            const T* d = static_cast<const T*>(dst.data());
+        std::vector<T> scratch(static_cast<size_t>(nnz * heads));
+        T* gs = grad_src.mutable_data();
+        T* gd = grad_dst.mutable_data();
+        {
             py::gil_scoped_release release;
-            gat_attention_backward_rows(gs, gd, scratch.data(), p, idx, a, g, s, d, rows, cols, heads,
-                                        static_cast<T>(slope));
-        });
+            gat_attention_backward_rows(gs, gd, scratch.data(), data_as<I>(indptr), data_as<I>(indices),
+                                        data_as<T>(alpha), data_as<T>(grad), data_as<T>(src), data_as<T>(dst), rows,
+                                        cols, heads, static_cast<T>(slope));
+        }
         return py::make_tuple(grad_src, grad_dst);
     });
 }
@@ -431,9 +384,7 @@ py::tuple graph_gat_attention_backward(py::array indptr, py::array indices, py::
 }  // namespace mstrain
 
 PYBIND11_MODULE(_graph_csr, m) {
-    m.doc() = "CSR graph kernels: SpMM (single- and multi-head), SDDMM, edge softmax, GAT attention (see core.kernels.graph).";
-    m.def("spmm_csr", &mstrain::spmm_csr, py::arg("indptr"), py::arg("indices"), py::arg("values"),
-          py::arg("dense"));
+    m.doc() = "CSR graph kernels: multi-head SpMM, SDDMM, edge softmax, GAT attention (see mstrain.gnn.kernels.graph).";
     m.def("graph_spmm", &mstrain::graph_spmm, py::arg("indptr"), py::arg("indices"), py::arg("values"),
           py::arg("dense"));
     m.def("graph_spmm_t", &mstrain::graph_spmm_t, py::arg("indptr"), py::arg("indices"), py::arg("values"),
@@ -448,7 +399,4 @@ PYBIND11_MODULE(_graph_csr, m) {
     m.def("graph_gat_attention_backward", &mstrain::graph_gat_attention_backward, py::arg("indptr"),
           py::arg("indices"), py::arg("alpha"), py::arg("grad"), py::arg("src"), py::arg("dst"),
           py::arg("slope"));
-    m.attr("KERNELS") = py::make_tuple("spmm_csr", "graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_csr_softmax",
-                                       "graph_csr_softmax_backward", "graph_gat_attention",
-                                       "graph_gat_attention_backward");
 }
