@@ -1,0 +1,239 @@
+"""Job `gpt_char`: a character GPT on the shipped tinyshakespeare, on 1 to N ranks.
+
+    mstrain --config configs/gpt_char.yaml
+    mpiexec -n 4 mstrain --config gpt_char parallel_config.data_parallel=2 parallel_config.model_parallel=2
+    mstrain --config gpt_char run_mode=predict load_checkpoint=outputs/gpt_char/gpt_char.ckpt prompt="ROMEO:"
+
+Train: progress lines (step, loss, tokens/s) once per sink, validation loss every eval_every steps;
+writes to train.output_dir: gpt_char.ckpt (per rank `gpt_char_rank<r>.ckpt` when model-parallel),
+tokenizer.json, history.json and loss_curve.png. Eval prints the validation loss and perplexity;
+predict prints the generated text. The layout is checked before any weight is allocated.
+"""
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+import mstrain as ms
+from mstrain import Model, Tensor
+from mstrain import communication as comm
+from mstrain import dataset as ds
+from mstrain.communication.transport import all_reduce_array
+from mstrain.errors import ConfigError
+from mstrain.fileio import write_bytes_atomically
+from mstrain.jobs.common import build_optimizer
+from mstrain.log import get_logger, is_main_process
+from mstrain.parallel import parallel_groups, set_auto_parallel_context
+from mstrain.registry import register_job
+from mstrain.train.callback import Callback
+
+from .config import GPTJobConfig, check_parallel_layout
+from .data import load_text_splits, training_windows, validation_windows
+from .gpt import GPT, GPTConfig, GPTLoss
+
+__all__ = ["run_gpt_char", "evaluate_loss", "decay_groups"]
+
+_log = get_logger("transformer")
+
+
+def _gpt_config(cfg, vocab_size):
+    m = cfg.model
+    return GPTConfig(vocab_size=vocab_size, num_layers=m.num_layers, num_heads=m.num_heads, hidden_size=m.hidden_size,
+                     seq_length=m.seq_length, ffn_hidden_size=m.ffn_hidden_size,
+                     vocab_pad_multiple=m.vocab_pad_multiple, layernorm_epsilon=m.layernorm_epsilon,
+                     init_std=m.init_std)
+
+
+def _setup_layout(cfg, gpt_config):
+    """Check the layout against the ranks (before any weight exists), then set the parallel context."""
+    comm.init()
+    ranks = comm.get_group_size()
+    check_parallel_layout(cfg, ranks, gpt_config.padded_vocab_size)
+    p = cfg.parallel_config
+    if ranks == 1:
+        set_auto_parallel_context(parallel_mode="stand_alone")
+        return None
+    set_auto_parallel_context(parallel_mode="hybrid_parallel", model_parallel=p.model_parallel,
+                              enable_parallel_optimizer=p.optimizer_shard, gradients_mean=True)
+    return parallel_groups()
+
+
+def decay_groups(network, weight_decay):
+    """nanoGPT's rule: weight decay on matrices and embeddings, none on biases and norm gains."""
+    params = network.trainable_params()
+    return [{"params": [p for p in params if len(p.shape) >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if len(p.shape) < 2], "weight_decay": 0.0}]
+
+
+def evaluate_loss(network, loss_fn, inputs, labels, groups=None, batch=32):
+    """Mean loss over the (windows, T) arrays; windows split over data-parallel ranks when `groups`."""
+    count = len(inputs)
+    shard, shards = (0, 1) if groups is None else (groups.dp_rank, groups.data_parallel)
+    network.set_train(False)
+    total = np.zeros(2, np.float64)  # loss sum, windows
+    with ms.no_grad():
+        for first in range(shard * batch, count, batch * shards):
+            rows = slice(first, min(first + batch, count))
+            loss = loss_fn(network(Tensor(inputs[rows])), Tensor(labels[rows]))
+            total += (float(loss.asnumpy()) * (rows.stop - rows.start), rows.stop - rows.start)
+    network.set_train(True)
+    if groups is not None and groups.data_parallel > 1:
+        total = all_reduce_array(total, groups.data, "sum")
+    return float(total[0] / total[1])
+
+
+class _Progress(Callback):
+    """Once per sink: the mean loss of the sink's steps over every replica, tokens/s, and every
+    eval_every steps the validation loss; keeps the history for history.json and the PNG."""
+
+    def __init__(self, cfg, evaluate, groups, tokens_per_step):
+        self.cfg, self.evaluate, self.groups = cfg, evaluate, groups
+        self.tokens_per_step, self.records, self.step_losses = tokens_per_step, [], []
+        self._start, self._last_eval = None, 0
+
+    def on_train_epoch_begin(self, run_context):
+        self._start = time.perf_counter()
+
+    def on_train_epoch_end(self, run_context):
+        args = run_context.original_args()
+        outputs = [float(np.asarray(o.asnumpy() if hasattr(o, "asnumpy") else o)) for o in
+                   (args.step_outputs or [args.net_outputs])]
+        losses = np.asarray(outputs, np.float64)
+        if self.groups is not None and self.groups.data_parallel > 1:
+            losses = all_reduce_array(losses, self.groups.data, "sum") / self.groups.data_parallel
+        self.step_losses.extend(float(v) for v in losses)
+        step, seconds = args.cur_step_num, time.perf_counter() - self._start
+        record = {"epoch": step, "step": step, "train_loss": float(losses.mean()),
+                  "tokens_per_s": round(self.tokens_per_step * len(losses) / seconds, 1)}
+        every, last = self.cfg.train.eval_every, step >= self.cfg.train.steps
+        if last or (every and step - self._last_eval >= every):
+            record["val_loss"], self._last_eval = self.evaluate(), step
+        self.records.append(record)
+        if is_main_process():
+            val = f" val_loss {record['val_loss']:.4f}" if "val_loss" in record else ""
+            _log.info("step %d/%d loss %.4f %.0f tokens/s%s", step, self.cfg.train.steps, record["train_loss"],
+                      record["tokens_per_s"], val)
+
+
+def _checkpoint_path(cfg, groups):
+    out = Path(cfg.train.output_dir)
+    if groups is None or groups.model_parallel == 1:
+        return out / "gpt_char.ckpt"
+    return out / f"gpt_char_rank{groups.mp_rank}.ckpt"
+
+
+def _load_weights(network, path, groups):
+    if path is None:
+        raise ConfigError("load_checkpoint: a checkpoint is required for this run_mode", key="load_checkpoint")
+    file = Path(path.replace("{rank}", str(0 if groups is None else groups.mp_rank)))
+    if not file.is_file():
+        raise ConfigError(f"load_checkpoint: {file} not found", key="load_checkpoint")
+    missing, _ = ms.load_param_into_net(network, ms.load_checkpoint(str(file)), strict_load=False)
+    if missing:
+        raise ConfigError(f"load_checkpoint: {file} lacks parameters {missing[:3]} (a different model shape or "
+                          f"layout?)", key="load_checkpoint")
+
+
+def _train(cfg, network, groups, splits):
+    train_ids, val_ids = splits
+    t = cfg.train
+    dp = 1 if groups is None else groups.data_parallel
+    per_rank = t.batch_size // dp
+    inputs, labels = training_windows(train_ids, t.steps, t.batch_size, cfg.model.seq_length, t.seed)
+    rows = slice(0, per_rank) if groups is None else slice(groups.dp_rank * per_rank, (groups.dp_rank + 1) * per_rank)
+    flat = lambda a: a[:, rows].reshape(-1, cfg.model.seq_length)  # noqa: E731
+    data = ds.NumpySlicesDataset({"input_ids": flat(inputs), "labels": flat(labels)}, shuffle=False,
+                                 num_shards=1, shard_id=0).batch(per_rank)
+    val_inputs, val_labels = validation_windows(val_ids, cfg.model.seq_length)
+    if t.eval_windows:
+        val_inputs, val_labels = val_inputs[:t.eval_windows], val_labels[:t.eval_windows]
+    loss_fn = GPTLoss(network)
+    if cfg.recompute_config.recompute:
+        for block in network.blocks:
+            block.recompute()
+    optimizer = build_optimizer(cfg.optimizer, decay_groups(network, cfg.optimizer.weight_decay), t.steps)
+    model = Model(network, loss_fn, optimizer)
+    progress = _Progress(cfg, lambda: evaluate_loss(network, loss_fn, val_inputs, val_labels, groups), groups,
+                         t.batch_size * cfg.model.seq_length)
+    sink = t.dataset_sink_mode and (groups is None or groups.model_parallel == 1)
+    sink_size = min(t.sink_size, t.steps)
+    if t.steps % sink_size:
+        raise ConfigError(f"train.sink_size ({t.sink_size}) must divide train.steps ({t.steps})", key="train.sink_size")
+    saved_every = max(1, round(t.checkpoint_every / sink_size)) if t.checkpoint_every else 0
+    epochs = t.steps // sink_size
+    save = _Saver(network, _checkpoint_path(cfg, groups), groups, saved_every, epochs)
+    start = time.perf_counter()
+    model.train(epochs, data, callbacks=[progress, save], dataset_sink_mode=sink, sink_size=sink_size)
+    return progress, time.perf_counter() - start
+
+
+class _Saver(Callback):
+    """Writes the network's weights every `every` epochs (sinks) and at the end; one file per model
+    slice (data-parallel replicas hold the same weights: their first replica writes)."""
+
+    def __init__(self, network, path, groups, every, epochs):
+        self.network, self.path, self.every, self.epochs = network, path, every, epochs
+        self.writes = groups is None or groups.dp_rank == 0
+
+    def on_train_epoch_end(self, run_context):
+        epoch = run_context.original_args().cur_epoch_num
+        if self.writes and (epoch == self.epochs or (self.every and epoch % self.every == 0)):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            ms.save_checkpoint(self.network, str(self.path))
+
+
+def _write_outputs(cfg, progress, tokenizer):
+    out = Path(cfg.train.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(out / "tokenizer.json")
+    history = {"records": progress.records, "step_loss": progress.step_losses}
+    write_bytes_atomically(out / "history.json", json.dumps(history, indent=1).encode())
+    from mstrain.gnn.plot import plot_history
+    curve = [r for r in progress.records if "val_loss" in r] if len(progress.records) < 2 else progress.records
+    points = [dict(r, val_loss=r.get("val_loss", r["train_loss"])) for r in curve]
+    plot_history(out / "loss_curve.png", points)
+
+
+@register_job("gpt_char", schema=GPTJobConfig)
+def run_gpt_char(cfg):
+    """Character GPT on tinyshakespeare: train, finetune, eval or predict, on 1 to N ranks."""
+    train_ids, val_ids, tokenizer = load_text_splits(cfg.data.path)
+    gpt_config = _gpt_config(cfg, tokenizer.vocab_size)
+    groups = _setup_layout(cfg, gpt_config)
+    ms.set_seed(cfg.train.seed)
+    network = GPT(gpt_config, groups)
+    if cfg.run_mode != "train":
+        _load_weights(network, cfg.load_checkpoint, groups)
+    if cfg.run_mode == "predict":
+        return _predict(cfg, network, tokenizer)
+    if cfg.run_mode == "eval":
+        val_inputs, val_labels = validation_windows(val_ids, cfg.model.seq_length)
+        if cfg.train.eval_windows:
+            val_inputs, val_labels = val_inputs[:cfg.train.eval_windows], val_labels[:cfg.train.eval_windows]
+        loss = evaluate_loss(network, GPTLoss(network), val_inputs, val_labels, groups)
+        if is_main_process():
+            print(f"val_loss {loss:.4f} perplexity {math.exp(loss):.3f}")
+        return {"val_loss": loss, "perplexity": math.exp(loss)}
+    progress, seconds = _train(cfg, network, groups, (train_ids, val_ids))
+    if is_main_process():
+        _write_outputs(cfg, progress, tokenizer)
+    last = progress.records[-1]
+    tokens_per_s = cfg.train.steps * cfg.train.batch_size * cfg.model.seq_length / seconds
+    return {"val_loss": last["val_loss"], "train_loss": last["train_loss"],
+            "tokens_per_s": round(tokens_per_s, 1), "seconds": round(seconds, 2),
+            "output_dir": cfg.train.output_dir}
+
+
+def _predict(cfg, network, tokenizer):
+    prompt_ids = tokenizer.encode(cfg.prompt)
+    if prompt_ids.size == 0:
+        raise ConfigError("prompt: the prompt is empty", key="prompt")
+    ids = network.generate(prompt_ids, cfg.max_new_tokens, do_sample=cfg.do_sample, temperature=cfg.temperature,
+                           top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.train.seed)
+    text = tokenizer.decode(ids)
+    if is_main_process():
+        print(text)
+    return {"text": text}
+
