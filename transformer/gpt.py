@@ -82,7 +82,8 @@ class GPT(GenerationMixin, nn.Cell):
         self.position_embedding = nn.Embedding(config.seq_length, config.hidden_size, embedding_table=Normal(std))
         out_std = std / math.sqrt(2 * config.num_layers)
         self.blocks = nn.CellList([
-            TransformerBlock(config.hidden_size, config.num_heads, config.ffn_size, groups, activation="gelu",
+            TransformerBlock(config.hidden_size, config.num_heads, config.ffn_size, groups,
+                             activation=nn.GELU(approximate=False),
                              epsilon=config.layernorm_epsilon, init_std=std, out_std=out_std, causal=True)
             for _ in range(config.num_layers)])
         self.final_norm = nn.LayerNorm((config.hidden_size,), epsilon=config.layernorm_epsilon)

@@ -124,15 +124,15 @@ def _checkpoint_path(cfg, groups):
     return out / f"gpt_char_rank{groups.mp_rank}.ckpt"
 
 
-def _load_weights(network, path, groups):
+def _load_weights(network, path, groups, run_mode):
     if path is None:
-        raise ConfigError("load_checkpoint: a checkpoint is required for this run_mode", key="load_checkpoint")
+        raise ConfigError(f"a checkpoint is required for run_mode={run_mode}", key="load_checkpoint")
     file = Path(path.replace("{rank}", str(0 if groups is None else groups.mp_rank)))
     if not file.is_file():
-        raise ConfigError(f"load_checkpoint: {file} not found", key="load_checkpoint")
+        raise ConfigError(f"{file} not found", key="load_checkpoint")
     missing, _ = ms.load_param_into_net(network, ms.load_checkpoint(str(file)), strict_load=False)
     if missing:
-        raise ConfigError(f"load_checkpoint: {file} lacks parameters {missing[:3]} (a different model shape or "
+        raise ConfigError(f"{file} lacks parameters {missing[:3]} (a different model shape or "
                           f"layout?)", key="load_checkpoint")
 
 
@@ -184,10 +184,11 @@ class _Saver(Callback):
             ms.save_checkpoint(self.network, str(self.path))
 
 
-def _write_outputs(cfg, progress, tokenizer):
+def _write_outputs(cfg, progress, tokenizer, gpt_config):
     out = Path(cfg.train.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save(out / "tokenizer.json")
+    write_bytes_atomically(out / "config.json", json.dumps(gpt_config.to_dict(), indent=1).encode())
     history = {"records": progress.records, "step_loss": progress.step_losses}
     write_bytes_atomically(out / "history.json", json.dumps(history, indent=1).encode())
     from mstrain.gnn.plot import plot_history
@@ -205,7 +206,7 @@ def run_gpt_char(cfg):
     ms.set_seed(cfg.train.seed)
     network = GPT(gpt_config, groups)
     if cfg.run_mode != "train":
-        _load_weights(network, cfg.load_checkpoint, groups)
+        _load_weights(network, cfg.load_checkpoint, groups, cfg.run_mode)
     if cfg.run_mode == "predict":
         return _predict(cfg, network, tokenizer)
     if cfg.run_mode == "eval":
@@ -218,7 +219,7 @@ def run_gpt_char(cfg):
         return {"val_loss": loss, "perplexity": math.exp(loss)}
     progress, seconds = _train(cfg, network, groups, (train_ids, val_ids))
     if is_main_process():
-        _write_outputs(cfg, progress, tokenizer)
+        _write_outputs(cfg, progress, tokenizer, gpt_config)
     last = progress.records[-1]
     tokens_per_s = cfg.train.steps * cfg.train.batch_size * cfg.model.seq_length / seconds
     return {"val_loss": last["val_loss"], "train_loss": last["train_loss"],
@@ -229,7 +230,7 @@ def run_gpt_char(cfg):
 def _predict(cfg, network, tokenizer):
     prompt_ids = tokenizer.encode(cfg.prompt)
     if prompt_ids.size == 0:
-        raise ConfigError("prompt: the prompt is empty", key="prompt")
+        raise ConfigError("the prompt is empty", key="prompt")
     ids = network.generate(prompt_ids, cfg.max_new_tokens, do_sample=cfg.do_sample, temperature=cfg.temperature,
                            top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.train.seed)
     text = tokenizer.decode(ids)
