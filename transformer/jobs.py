@@ -85,26 +85,32 @@ def evaluate_loss(network, loss_fn, inputs, labels, groups=None, batch=32):
 
 
 class _Progress(Callback):
-    """Once per sink: the mean loss of the sink's steps over every replica, tokens/s, and every
-    eval_every steps the validation loss; keeps the history for history.json and the PNG."""
+    """Every sink_size steps (once per sink in sink mode): the mean loss of those steps over every
+    replica, tokens/s, and every eval_every steps the validation loss; keeps the history for
+    history.json and the PNG."""
 
     def __init__(self, cfg, evaluate, groups, tokens_per_step):
         self.cfg, self.evaluate, self.groups = cfg, evaluate, groups
         self.tokens_per_step, self.records, self.step_losses = tokens_per_step, [], []
-        self._start, self._last_eval = None, 0
+        self._pending, self._start, self._last_eval = [], None, 0
 
-    def on_train_epoch_begin(self, run_context):
+    def on_train_begin(self, run_context):
         self._start = time.perf_counter()
 
-    def on_train_epoch_end(self, run_context):
+    def on_train_step_end(self, run_context):
         args = run_context.original_args()
-        outputs = [float(np.asarray(o.asnumpy() if hasattr(o, "asnumpy") else o)) for o in
-                   (args.step_outputs or [args.net_outputs])]
-        losses = np.asarray(outputs, np.float64)
+        self._pending += [float(np.asarray(o.asnumpy() if hasattr(o, "asnumpy") else o))
+                          for o in (args.step_outputs or [args.net_outputs])]
+        step = args.cur_step_num
+        if step % self.cfg.train.sink_size == 0 or step >= self.cfg.train.steps:
+            self._record(step)
+
+    def _record(self, step):
+        losses, self._pending = np.asarray(self._pending, np.float64), []
         if self.groups is not None and self.groups.data_parallel > 1:
             losses = all_reduce_array(losses, self.groups.data, "sum") / self.groups.data_parallel
         self.step_losses.extend(float(v) for v in losses)
-        step, seconds = args.cur_step_num, time.perf_counter() - self._start
+        seconds, self._start = time.perf_counter() - self._start, time.perf_counter()
         record = {"epoch": step, "step": step, "train_loss": float(losses.mean()),
                   "tokens_per_s": round(self.tokens_per_step * len(losses) / seconds, 1)}
         every, last = self.cfg.train.eval_every, step >= self.cfg.train.steps
@@ -115,6 +121,7 @@ class _Progress(Callback):
             val = f" val_loss {record['val_loss']:.4f}" if "val_loss" in record else ""
             _log.info("step %d/%d loss %.4f %.0f tokens/s%s", step, self.cfg.train.steps, record["train_loss"],
                       record["tokens_per_s"], val)
+        self._start = time.perf_counter()  # evaluation time is not training time
 
 
 def _checkpoint_path(cfg, groups):
@@ -161,25 +168,29 @@ def _train(cfg, network, groups, splits):
     sink_size = min(t.sink_size, t.steps)
     if t.steps % sink_size:
         raise ConfigError(f"train.sink_size ({t.sink_size}) must divide train.steps ({t.steps})", key="train.sink_size")
-    saved_every = max(1, round(t.checkpoint_every / sink_size)) if t.checkpoint_every else 0
-    epochs = t.steps // sink_size
-    save = _Saver(network, _checkpoint_path(cfg, groups), groups, saved_every, epochs)
+    save = _Saver(network, _checkpoint_path(cfg, groups), groups, t.checkpoint_every, t.steps)
     start = time.perf_counter()
-    model.train(epochs, data, callbacks=[progress, save], dataset_sink_mode=sink, sink_size=sink_size)
+    if sink:
+        model.train(t.steps // sink_size, data, callbacks=[progress, save], dataset_sink_mode=True, sink_size=sink_size)
+    else:
+        model.train(1, data, callbacks=[progress, save], dataset_sink_mode=False)
     return progress, time.perf_counter() - start
 
 
 class _Saver(Callback):
-    """Writes the network's weights every `every` epochs (sinks) and at the end; one file per model
-    slice (data-parallel replicas hold the same weights: their first replica writes)."""
+    """Writes the network's weights every `every` steps and at the end; one file per model slice
+    (data-parallel replicas hold the same weights: their first replica writes)."""
 
-    def __init__(self, network, path, groups, every, epochs):
-        self.network, self.path, self.every, self.epochs = network, path, every, epochs
+    def __init__(self, network, path, groups, every, steps):
+        self.network, self.path, self.every, self.steps = network, path, every, steps
         self.writes = groups is None or groups.dp_rank == 0
+        self._last = 0
 
-    def on_train_epoch_end(self, run_context):
-        epoch = run_context.original_args().cur_epoch_num
-        if self.writes and (epoch == self.epochs or (self.every and epoch % self.every == 0)):
+    def on_train_step_end(self, run_context):
+        step = run_context.original_args().cur_step_num
+        due = step >= self.steps or (self.every and step - self._last >= self.every)
+        if self.writes and due:
+            self._last = step
             self.path.parent.mkdir(parents=True, exist_ok=True)
             ms.save_checkpoint(self.network, str(self.path))
 

@@ -1,0 +1,65 @@
+"""Every parallel layout of gpt_char trains the same model: the per-step losses of dp2, mp2
+(Megatron layers, vocab-parallel loss), the sharded optimizer and recompute equal the 1-rank run."""
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ._run import BIN, run_job, step_losses
+
+needs_mpi = pytest.mark.skipif(not (BIN / "mpiexec").exists() and shutil.which("mpiexec") is None,
+                               reason="needs mpiexec")
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one_rank")
+    run_job(out)
+    return step_losses(out)
+
+
+def test_recompute_equals_plain(single, tmp_path):
+    run_job(tmp_path, "recompute_config.recompute=true")
+    np.testing.assert_allclose(step_losses(tmp_path), single, rtol=0, atol=1e-5)
+
+
+@needs_mpi
+@pytest.mark.parametrize("layout", [
+    ["parallel_config.data_parallel=2"],
+    ["parallel_config.model_parallel=2"],
+    ["parallel_config.data_parallel=2", "parallel_config.optimizer_shard=true"],
+    ["parallel_config.model_parallel=2", "recompute_config.recompute=true"],
+], ids=["dp2", "mp2", "dp2_opt_shard", "mp2_recompute"])
+def test_two_ranks_equal_one(single, tmp_path, layout):
+    run_job(tmp_path, *layout, ranks=2)
+    losses = step_losses(tmp_path)
+    assert len(losses) == 6 and losses[-1] < losses[0]
+    np.testing.assert_allclose(losses, single, rtol=0, atol=1e-5)
+    if "parallel_config.model_parallel=2" in layout:  # one weight file per model slice
+        assert sorted(p.name for p in Path(tmp_path).glob("*.ckpt")) == ["gpt_char_rank0.ckpt", "gpt_char_rank1.ckpt"]
+
+
+@needs_mpi
+def test_four_ranks_dp2_mp2(single, tmp_path):
+    run_job(tmp_path, "parallel_config.data_parallel=2", "parallel_config.model_parallel=2", ranks=4, timeout=180)
+    np.testing.assert_allclose(step_losses(tmp_path), single, rtol=0, atol=1e-5)
+
+
+@needs_mpi
+def test_layout_that_does_not_fit_exits_2_naming_the_key(tmp_path):
+    proc = run_job(tmp_path, "parallel_config.model_parallel=4", "parallel_config.data_parallel=1", ranks=2, check=False)
+    assert proc.returncode == 2
+    assert "parallel_config.model_parallel (4)" in proc.stderr and "number of ranks (2)" in proc.stderr
+    assert not list(Path(tmp_path).glob("*.ckpt"))
+    proc = run_job(tmp_path, "parallel_config.model_parallel=2", "model.num_heads=3", "model.hidden_size=33",
+                   ranks=2, check=False)
+    assert proc.returncode == 2 and "model.num_heads: 3 is not divisible by parallel_config.model_parallel (2)" \
+        in proc.stderr
+
+
+def test_heads_not_divisible_exits_2_naming_the_key(tmp_path):
+    proc = run_job(tmp_path, "model.num_heads=5", check=False)
+    assert proc.returncode == 2 and "model.hidden_size: 32 is not divisible by model.num_heads (5)" in proc.stderr
+    proc = run_job(tmp_path, "parallel_config.data_parallel=3", check=False)
+    assert proc.returncode == 2 and "parallel_config.data_parallel (3)" in proc.stderr
