@@ -1,11 +1,13 @@
 """Config schema of the GPT job and the MindFormers-style layout blocks, checked before any weight exists.
 
-    parallel_config: {data_parallel: 1, model_parallel: 1, optimizer_shard: false}
+    parallel_config: {data_parallel: 1, model_parallel: 1, pipeline_stage: 1, micro_batch_num: 1,
+                      optimizer_shard: false}
     recompute_config: {recompute: false}
 
 `check_parallel_layout(cfg, ranks)` raises ParallelConfigError with one line naming the key of the
 first violation (degrees whose product is not the rank count, heads / ffn / padded vocabulary not
-divisible by model_parallel, batch not divisible by data_parallel).
+divisible by model_parallel, layers not divisible by pipeline_stage, batch not divisible by
+data_parallel x micro_batch_num).
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -23,6 +25,10 @@ class ParallelLayout:
     data_parallel: int = option(1, "data-parallel replicas; each reads batch_size / data_parallel rows", low=1)
     model_parallel: int = option(1, "tensor-parallel degree: heads, MLP units and vocabulary split over ranks "
                                     "(Megatron layers)", low=1)
+    pipeline_stage: int = option(1, "pipeline stages: blocks split in order, 1F1B schedule, tied embedding "
+                                    "copies kept equal", low=1)
+    micro_batch_num: int = option(1, "micro-batches per step (the pipeline's; with one stage: gradient "
+                                     "accumulation)", low=1)
     optimizer_shard: bool = option(False, "shard the optimizer state over the data-parallel ranks (ZeRO-1)")
 
 
@@ -54,7 +60,7 @@ class GPTTrain:
     batch_size: int = option(16, "global batch (sequences per step, over all data-parallel ranks)", low=1)
     seed: int = option(0, "seed of the weights and of the batch sampler (W1: same batches as the peer)", low=0)
     dataset_sink_mode: bool = option(True, "run sink_size steps per host round trip as one compiled graph "
-                                           "(model_parallel 1 and pipeline_stage 1)")
+                                           "(model_parallel 1, micro_batch_num 1)")
     sink_size: int = option(50, "steps per sink (and per progress line)", low=1)
     eval_every: int = option(100, "steps between validation losses (rounded to sinks); 0 = at the end only",
                              low=0)
@@ -95,19 +101,24 @@ class GPTJobConfig:
 def check_parallel_layout(cfg, ranks, padded_vocab):
     """Raise ParallelConfigError naming the first key whose value does not fit `ranks`."""
     p, m = cfg.parallel_config, cfg.model
-    dp, mp = p.data_parallel, p.model_parallel
-    if dp * mp != ranks:
-        raise ParallelConfigError(f"parallel_config.data_parallel ({dp}) x parallel_config.model_parallel ({mp}) "
-                                  f"= {dp * mp} must equal the number of ranks ({ranks})")
+    dp, mp, pp, micro = p.data_parallel, p.model_parallel, p.pipeline_stage, p.micro_batch_num
+    if dp * mp * pp != ranks:
+        raise ParallelConfigError(f"parallel_config.data_parallel ({dp}) x parallel_config.model_parallel ({mp}) x "
+                                  f"parallel_config.pipeline_stage ({pp}) = {dp * mp * pp} must equal the number "
+                                  f"of ranks ({ranks})")
     ffn = m.ffn_hidden_size or 4 * m.hidden_size
     for key, value, degree, degree_key in (("model.num_heads", m.num_heads, mp, "model_parallel"),
                                            ("model.ffn_hidden_size", ffn, mp, "model_parallel"),
-                                           ("model.vocab_pad_multiple", padded_vocab, mp, "model_parallel")):
+                                           ("model.vocab_pad_multiple", padded_vocab, mp, "model_parallel"),
+                                           ("model.num_layers", m.num_layers, pp, "pipeline_stage")):
         if value % degree:
             raise ParallelConfigError(f"{key}: {value} is not divisible by parallel_config.{degree_key} ({degree})")
     if m.hidden_size % m.num_heads:
         raise ParallelConfigError(f"model.hidden_size: {m.hidden_size} is not divisible by model.num_heads "
                                   f"({m.num_heads})")
-    if cfg.train.batch_size % dp:
+    if pp > 1 and micro < pp:
+        raise ParallelConfigError(f"parallel_config.micro_batch_num ({micro}) must be at least "
+                                  f"parallel_config.pipeline_stage ({pp})")
+    if cfg.train.batch_size % (dp * micro):
         raise ParallelConfigError(f"train.batch_size: {cfg.train.batch_size} is not divisible by "
-                                  f"parallel_config.data_parallel ({dp})")
+                                  f"parallel_config.data_parallel ({dp}) x parallel_config.micro_batch_num ({micro})")

@@ -87,7 +87,7 @@ class GPT(GenerationMixin, nn.Cell):
                              epsilon=config.layernorm_epsilon, init_std=std, out_std=out_std, causal=True)
             for _ in range(config.num_layers)])
         self.final_norm = nn.LayerNorm((config.hidden_size,), epsilon=config.layernorm_epsilon)
-        self._vocab_mask = self._padding_mask(vocab, mp, groups)
+        self.padding_mask = self._padding_mask(vocab, mp, groups)
 
     def _padding_mask(self, vocab, mp, groups):
         if vocab == self.config.vocab_size:
@@ -119,7 +119,7 @@ class GPT(GenerationMixin, nn.Cell):
             b, t, h = hidden.shape
             out = F.reshape(F.matmul(F.reshape(hidden, (b * t, h)), F.transpose(self.embedding.embedding_table)),
                             (b, t, -1))
-        return out if self._vocab_mask is None else F.add(out, Tensor(self._vocab_mask))
+        return out if self.padding_mask is None else F.add(out, Tensor(self.padding_mask))
 
     def construct(self, input_ids):
         return self.logits(self.hidden_states(input_ids))

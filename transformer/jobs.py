@@ -32,8 +32,9 @@ from mstrain.train.callback import Callback
 from .config import GPTJobConfig, check_parallel_layout
 from .data import load_text_splits, training_windows, validation_windows
 from .gpt import GPT, GPTConfig, GPTLoss
+from .stages import TiedPipelineTrainOneStepCell, build_pipeline
 
-__all__ = ["run_gpt_char", "evaluate_loss", "decay_groups"]
+__all__ = ["run_gpt_char", "evaluate_loss", "evaluate_pipeline", "decay_groups"]
 
 _log = get_logger("transformer")
 
@@ -52,11 +53,13 @@ def _setup_layout(cfg, gpt_config):
     ranks = comm.get_group_size()
     check_parallel_layout(cfg, ranks, gpt_config.padded_vocab_size)
     p = cfg.parallel_config
-    if ranks == 1:
+    if ranks == 1 and p.micro_batch_num == 1:
         set_auto_parallel_context(parallel_mode="stand_alone")
         return None
-    set_auto_parallel_context(parallel_mode="hybrid_parallel", model_parallel=p.model_parallel,
-                              enable_parallel_optimizer=p.optimizer_shard, gradients_mean=True)
+    set_auto_parallel_context(parallel_mode="hybrid_parallel" if ranks > 1 else "stand_alone",
+                              model_parallel=p.model_parallel, pipeline_stages=p.pipeline_stage,
+                              micro_batch_num=p.micro_batch_num, enable_parallel_optimizer=p.optimizer_shard,
+                              gradients_mean=True)
     return parallel_groups()
 
 
@@ -80,6 +83,25 @@ def evaluate_loss(network, loss_fn, inputs, labels, groups=None, batch=32):
             total += (float(loss.asnumpy()) * (rows.stop - rows.start), rows.stop - rows.start)
     network.set_train(True)
     if groups is not None and groups.data_parallel > 1:
+        total = all_reduce_array(total, groups.data, "sum")
+    return float(total[0] / total[1])
+
+
+def evaluate_pipeline(pipeline, inputs, labels, groups, per_micro_batch=8):
+    """Mean loss through the stages (every stage gets it); the windows past the last whole group of
+    micro_batch_num are left out, as the pipeline splits each batch evenly."""
+    micro = pipeline.micro_batch_num
+    batch = micro * per_micro_batch
+    count = len(inputs) // micro * micro
+    shard, shards = groups.dp_rank, groups.data_parallel
+    pipeline.set_train(False)
+    total = np.zeros(2, np.float64)
+    for first in range(shard * batch, count, batch * shards):
+        rows = slice(first, min(first + batch, count))
+        loss = pipeline(Tensor(inputs[rows]), Tensor(labels[rows]))
+        total += (float(loss.asnumpy()) * (rows.stop - rows.start), rows.stop - rows.start)
+    pipeline.set_train(True)
+    if shards > 1:
         total = all_reduce_array(total, groups.data, "sum")
     return float(total[0] / total[1])
 
@@ -126,9 +148,10 @@ class _Progress(Callback):
 
 def _checkpoint_path(cfg, groups):
     out = Path(cfg.train.output_dir)
+    stage = f"_stage{groups.stage}" if groups is not None and groups.pipeline_stages > 1 else ""
     if groups is None or groups.model_parallel == 1:
-        return out / "gpt_char.ckpt"
-    return out / f"gpt_char_rank{groups.mp_rank}.ckpt"
+        return out / f"gpt_char{stage}.ckpt"
+    return out / f"gpt_char{stage}_rank{groups.mp_rank}.ckpt"
 
 
 def _load_weights(network, path, groups, run_mode):
@@ -160,15 +183,24 @@ def _train(cfg, network, groups, splits):
     if cfg.recompute_config.recompute:
         for block in network.blocks:
             block.recompute()
-    optimizer = build_optimizer(cfg.optimizer, decay_groups(network, cfg.optimizer.weight_decay), t.steps)
-    model = Model(network, loss_fn, optimizer)
-    progress = _Progress(cfg, lambda: evaluate_loss(network, loss_fn, val_inputs, val_labels, groups), groups,
-                         t.batch_size * cfg.model.seq_length)
-    sink = t.dataset_sink_mode and (groups is None or groups.model_parallel == 1)
+    staged = groups is not None and (groups.pipeline_stages > 1 or cfg.parallel_config.micro_batch_num > 1)
+    if staged:
+        pipeline, tied, tie_group = build_pipeline(network, loss_fn, groups, cfg.parallel_config.micro_batch_num)
+        optimizer = build_optimizer(cfg.optimizer, decay_groups(pipeline, cfg.optimizer.weight_decay), t.steps)
+        model = Model(TiedPipelineTrainOneStepCell(pipeline, optimizer, tied, tie_group))
+        evaluate = lambda: evaluate_pipeline(pipeline, val_inputs, val_labels, groups)  # noqa: E731
+        saved = pipeline
+    else:
+        optimizer = build_optimizer(cfg.optimizer, decay_groups(network, cfg.optimizer.weight_decay), t.steps)
+        model = Model(network, loss_fn, optimizer)
+        evaluate = lambda: evaluate_loss(network, loss_fn, val_inputs, val_labels, groups)  # noqa: E731
+        saved = network
+    progress = _Progress(cfg, evaluate, groups, t.batch_size * cfg.model.seq_length)
+    sink = t.dataset_sink_mode and not staged and (groups is None or groups.model_parallel == 1)
     sink_size = min(t.sink_size, t.steps)
     if t.steps % sink_size:
         raise ConfigError(f"train.sink_size ({t.sink_size}) must divide train.steps ({t.steps})", key="train.sink_size")
-    save = _Saver(network, _checkpoint_path(cfg, groups), groups, t.checkpoint_every, t.steps)
+    save = _Saver(saved, _checkpoint_path(cfg, groups), groups, t.checkpoint_every, t.steps)
     start = time.perf_counter()
     if sink:
         model.train(t.steps // sink_size, data, callbacks=[progress, save], dataset_sink_mode=True, sink_size=sink_size)

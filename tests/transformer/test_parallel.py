@@ -1,5 +1,6 @@
 """Every parallel layout of gpt_char trains the same model: the per-step losses of dp2, mp2
-(Megatron layers, vocab-parallel loss), the sharded optimizer and recompute equal the 1-rank run."""
+(Megatron layers, vocab-parallel loss), pp2 (1F1B, tied embedding copies), the sharded optimizer,
+gradient accumulation and recompute equal the 1-rank run."""
 import shutil
 from pathlib import Path
 
@@ -19,8 +20,9 @@ def single(tmp_path_factory):
     return step_losses(out)
 
 
-def test_recompute_equals_plain(single, tmp_path):
-    run_job(tmp_path, "recompute_config.recompute=true")
+@pytest.mark.parametrize("option", ["recompute_config.recompute=true", "parallel_config.micro_batch_num=2"])
+def test_one_rank_options_equal_plain(single, tmp_path, option):
+    run_job(tmp_path, option)
     np.testing.assert_allclose(step_losses(tmp_path), single, rtol=0, atol=1e-5)
 
 
@@ -30,19 +32,27 @@ def test_recompute_equals_plain(single, tmp_path):
     ["parallel_config.model_parallel=2"],
     ["parallel_config.data_parallel=2", "parallel_config.optimizer_shard=true"],
     ["parallel_config.model_parallel=2", "recompute_config.recompute=true"],
-], ids=["dp2", "mp2", "dp2_opt_shard", "mp2_recompute"])
+    ["parallel_config.pipeline_stage=2", "parallel_config.micro_batch_num=2"],
+], ids=["dp2", "mp2", "dp2_opt_shard", "mp2_recompute", "pp2"])
 def test_two_ranks_equal_one(single, tmp_path, layout):
     run_job(tmp_path, *layout, ranks=2)
     losses = step_losses(tmp_path)
     assert len(losses) == 6 and losses[-1] < losses[0]
     np.testing.assert_allclose(losses, single, rtol=0, atol=1e-5)
+    files = sorted(p.name for p in Path(tmp_path).glob("*.ckpt"))
     if "parallel_config.model_parallel=2" in layout:  # one weight file per model slice
-        assert sorted(p.name for p in Path(tmp_path).glob("*.ckpt")) == ["gpt_char_rank0.ckpt", "gpt_char_rank1.ckpt"]
+        assert files == ["gpt_char_rank0.ckpt", "gpt_char_rank1.ckpt"]
+    if "parallel_config.pipeline_stage=2" in layout:  # one per stage
+        assert files == ["gpt_char_stage0.ckpt", "gpt_char_stage1.ckpt"]
 
 
 @needs_mpi
-def test_four_ranks_dp2_mp2(single, tmp_path):
-    run_job(tmp_path, "parallel_config.data_parallel=2", "parallel_config.model_parallel=2", ranks=4, timeout=180)
+@pytest.mark.parametrize("layout", [
+    ["parallel_config.data_parallel=2", "parallel_config.model_parallel=2"],
+    ["parallel_config.pipeline_stage=2", "parallel_config.model_parallel=2", "parallel_config.micro_batch_num=2"],
+], ids=["dp2_mp2", "pp2_mp2"])
+def test_four_ranks(single, tmp_path, layout):
+    run_job(tmp_path, *layout, ranks=4, timeout=180)
     np.testing.assert_allclose(step_losses(tmp_path), single, rtol=0, atol=1e-5)
 
 
@@ -63,3 +73,5 @@ def test_heads_not_divisible_exits_2_naming_the_key(tmp_path):
     assert proc.returncode == 2 and "model.hidden_size: 32 is not divisible by model.num_heads (5)" in proc.stderr
     proc = run_job(tmp_path, "parallel_config.data_parallel=3", check=False)
     assert proc.returncode == 2 and "parallel_config.data_parallel (3)" in proc.stderr
+    proc = run_job(tmp_path, "parallel_config.micro_batch_num=3", check=False)
+    assert proc.returncode == 2 and "train.batch_size: 4 is not divisible" in proc.stderr
