@@ -1,13 +1,14 @@
 """mstrain transformer kit: GPT, T5 and ViT networks, their tokenisation and data, generation and
 parallel layouts (in the spirit of MindSpore Transformers). Imports only `core`'s public names.
 
-    from mstrain.transformer import GPT, GPTConfig, CharTokenizer, pipeline
+    from mstrain.transformer import GPT, GPTConfig, ViT, ViTConfig, CharTokenizer, pipeline
 """
 from .generation import GenerationMixin  # noqa: F401
 from .gpt import GPT, GPTConfig, GPTLoss  # noqa: F401
 from .layers import Attention, FeedForward, KVCache, RMSNorm, TransformerBlock  # noqa: F401
 from .pipeline import TextGenerationPipeline, pipeline  # noqa: F401
 from .tokenizer import CharTokenizer  # noqa: F401
+from .vit import ViT, ViTConfig  # noqa: F401
 
 __all__ = ["GPT", "GPTConfig", "GPTLoss", "GenerationMixin", "Attention", "FeedForward", "KVCache", "RMSNorm",
-           "TransformerBlock", "CharTokenizer", "pipeline", "TextGenerationPipeline"]
+           "TransformerBlock", "CharTokenizer", "pipeline", "TextGenerationPipeline", "ViT", "ViTConfig"]

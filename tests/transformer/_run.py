@@ -15,7 +15,12 @@ TINY = ["model.num_layers=2", "model.hidden_size=32", "model.num_heads=4", "mode
 
 
 def run_job(out_dir, *overrides, ranks=1, timeout=120, check=True):
-    cmd = [str(BIN / "mstrain"), "--config", "gpt_char", f"train.output_dir={out_dir}", *TINY, *overrides]
+    """gpt_char at a tiny size (TINY) with `overrides`."""
+    return run_cli("gpt_char", out_dir, *TINY, *overrides, ranks=ranks, timeout=timeout, check=check)
+
+
+def run_cli(config, out_dir, *overrides, ranks=1, timeout=120, check=True):
+    cmd = [str(BIN / "mstrain"), "--config", config, f"train.output_dir={out_dir}", *overrides]
     if ranks > 1:
         cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
