@@ -8,7 +8,9 @@ from .gpt import GPT, GPTConfig, GPTLoss  # noqa: F401
 from .layers import Attention, FeedForward, KVCache, RMSNorm, TransformerBlock  # noqa: F401
 from .pipeline import TextGenerationPipeline, pipeline  # noqa: F401
 from .tokenizer import CharTokenizer  # noqa: F401
+from .t5 import T5, T5Config, T5WithLoss  # noqa: F401
 from .vit import ViT, ViTConfig  # noqa: F401
 
 __all__ = ["GPT", "GPTConfig", "GPTLoss", "GenerationMixin", "Attention", "FeedForward", "KVCache", "RMSNorm",
-           "TransformerBlock", "CharTokenizer", "pipeline", "TextGenerationPipeline", "ViT", "ViTConfig"]
+           "TransformerBlock", "CharTokenizer", "pipeline", "TextGenerationPipeline", "ViT", "ViTConfig",
+           "T5", "T5Config", "T5WithLoss"]

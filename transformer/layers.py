@@ -157,7 +157,7 @@ class RMSNorm(nn.Cell):
         self.weight = Parameter(Tensor(np.ones(hidden_size, np.float32)), name="weight")
 
     def construct(self, x):
-        scale = F.rsqrt(F.add(F.mean(F.square(x), -1, keep_dims=True), self.epsilon))
+        scale = F.rsqrt(F.add(F.mean(F.square(x), -1, keepdims=True), self.epsilon))
         return F.mul(F.mul(x, scale), self.weight)
 
 
