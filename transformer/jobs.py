@@ -5,8 +5,8 @@
     mstrain --config gpt_char run_mode=predict load_checkpoint=outputs/gpt_char/gpt_char.ckpt prompt="ROMEO:"
 
 Train: progress lines (step, loss, tokens/s) once per sink, validation loss every eval_every steps;
-writes to train.output_dir: gpt_char.ckpt (per rank `gpt_char_rank<r>.ckpt` when model-parallel),
-tokenizer.json, history.json and loss_curve.png. Eval prints the validation loss and perplexity;
+writes to train.output_dir: gpt_char.ckpt (the full weights, merged from every rank's shard in
+shards/ on several ranks; it loads on any layout), tokenizer.json, history.json and loss_curve.png. Eval prints the validation loss and perplexity;
 predict prints the generated text. The layout is checked before any weight is allocated.
 """
 import json
@@ -26,6 +26,7 @@ from mstrain.fileio import write_bytes_atomically
 from mstrain.jobs.common import build_optimizer
 from mstrain.log import get_logger, is_main_process
 from mstrain.parallel import parallel_groups, set_auto_parallel_context
+from mstrain.parallel.checkpoint import merge_checkpoints, save_distributed_checkpoint
 from mstrain.registry import register_job
 from mstrain.train.callback import Callback
 
@@ -146,24 +147,29 @@ class _Progress(Callback):
         self._start = time.perf_counter()  # evaluation time is not training time
 
 
-def _checkpoint_path(cfg, groups):
-    out = Path(cfg.train.output_dir)
-    stage = f"_stage{groups.stage}" if groups is not None and groups.pipeline_stages > 1 else ""
-    if groups is None or groups.model_parallel == 1:
-        return out / f"gpt_char{stage}.ckpt"
-    return out / f"gpt_char{stage}_rank{groups.mp_rank}.ckpt"
+def _checkpoint_path(cfg):
+    return Path(cfg.train.output_dir) / "gpt_char.ckpt"
 
 
 def _load_weights(network, path, groups, run_mode):
+    """Load a full checkpoint (any layout wrote it) into this rank's network: sharded parameters
+    take their block through their layout."""
     if path is None:
         raise ConfigError(f"a checkpoint is required for run_mode={run_mode}", key="load_checkpoint")
-    file = Path(path.replace("{rank}", str(0 if groups is None else groups.mp_rank)))
-    if not file.is_file():
-        raise ConfigError(f"{file} not found", key="load_checkpoint")
-    missing, _ = ms.load_param_into_net(network, ms.load_checkpoint(str(file)), strict_load=False)
+    if not Path(path).is_file():
+        raise ConfigError(f"{path} not found", key="load_checkpoint")
+    saved = ms.load_checkpoint(str(path))
+    missing = [name for name, _ in network.parameters_and_names() if name not in saved]
     if missing:
-        raise ConfigError(f"{file} lacks parameters {missing[:3]} (a different model shape or "
-                          f"layout?)", key="load_checkpoint")
+        raise ConfigError(f"{path} lacks parameters {missing[:3]} (a different model shape?)", key="load_checkpoint")
+    for name, param in network.parameters_and_names():
+        full = saved[name].asnumpy()
+        layout = getattr(param, "layout", None)
+        block = layout.shard(full, groups.rank) if layout is not None and groups is not None else full
+        if tuple(block.shape) != tuple(param.shape):
+            raise ConfigError(f"{path}: {name} has shape {full.shape}, the model needs {tuple(param.shape)}",
+                              key="load_checkpoint")
+        param.set_data(block)
 
 
 def _train(cfg, network, groups, splits):
@@ -200,7 +206,7 @@ def _train(cfg, network, groups, splits):
     sink_size = min(t.sink_size, t.steps)
     if t.steps % sink_size:
         raise ConfigError(f"train.sink_size ({t.sink_size}) must divide train.steps ({t.steps})", key="train.sink_size")
-    save = _Saver(saved, _checkpoint_path(cfg, groups), groups, t.checkpoint_every, t.steps)
+    save = _Saver(saved, _checkpoint_path(cfg), groups, t.checkpoint_every, t.steps)
     start = time.perf_counter()
     if sink:
         model.train(t.steps // sink_size, data, callbacks=[progress, save], dataset_sink_mode=True, sink_size=sink_size)
@@ -210,21 +216,30 @@ def _train(cfg, network, groups, splits):
 
 
 class _Saver(Callback):
-    """Writes the network's weights every `every` steps and at the end; one file per model slice
-    (data-parallel replicas hold the same weights: their first replica writes)."""
+    """Writes the weights every `every` steps and at the end to `path`. On several ranks every rank
+    writes its shard and the layouts (core's distributed checkpoint, in path's `shards/` folder) and
+    rank 0 merges them into the one full checkpoint `path`, which loads on any layout."""
 
-    def __init__(self, network, path, groups, every, steps):
-        self.network, self.path, self.every, self.steps = network, path, every, steps
-        self.writes = groups is None or groups.dp_rank == 0
+    def __init__(self, cell, path, groups, every, steps):
+        self.cell, self.path, self.groups, self.every, self.steps = cell, path, groups, every, steps
         self._last = 0
 
     def on_train_step_end(self, run_context):
         step = run_context.original_args().cur_step_num
-        due = step >= self.steps or (self.every and step - self._last >= self.every)
-        if self.writes and due:
+        if step >= self.steps or (self.every and step - self._last >= self.every):
             self._last = step
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            ms.save_checkpoint(self.network, str(self.path))
+            self.save()
+
+    def save(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.groups is None or self.groups.world.size == 1:
+            ms.save_checkpoint(self.cell, str(self.path))
+            return
+        shards = self.path.parent / "shards"
+        save_distributed_checkpoint(self.cell, shards)  # collective; ends with a barrier
+        if comm.get_rank() == 0:
+            merge_checkpoints(shards, str(self.path))
+        comm.barrier()
 
 
 def _write_outputs(cfg, progress, tokenizer, gpt_config):

@@ -1,6 +1,7 @@
 """Every parallel layout of gpt_char trains the same model: the per-step losses of dp2, mp2
 (Megatron layers, vocab-parallel loss), pp2 (1F1B, tied embedding copies), the sharded optimizer,
 gradient accumulation and recompute equal the 1-rank run."""
+import json
 import shutil
 from pathlib import Path
 
@@ -39,11 +40,10 @@ def test_two_ranks_equal_one(single, tmp_path, layout):
     losses = step_losses(tmp_path)
     assert len(losses) == 6 and losses[-1] < losses[0]
     np.testing.assert_allclose(losses, single, rtol=0, atol=1e-5)
-    files = sorted(p.name for p in Path(tmp_path).glob("*.ckpt"))
-    if "parallel_config.model_parallel=2" in layout:  # one weight file per model slice
-        assert files == ["gpt_char_rank0.ckpt", "gpt_char_rank1.ckpt"]
-    if "parallel_config.pipeline_stage=2" in layout:  # one per stage
-        assert files == ["gpt_char_stage0.ckpt", "gpt_char_stage1.ckpt"]
+    # every rank's shard and the layouts, merged into one full checkpoint
+    assert sorted(p.name for p in (Path(tmp_path) / "shards").iterdir()) == ["rank_0.ckpt", "rank_1.ckpt",
+                                                                            "strategy.json"]
+    assert (Path(tmp_path) / "gpt_char.ckpt").is_file()
 
 
 @needs_mpi
@@ -52,8 +52,21 @@ def test_two_ranks_equal_one(single, tmp_path, layout):
     ["parallel_config.pipeline_stage=2", "parallel_config.model_parallel=2", "parallel_config.micro_batch_num=2"],
 ], ids=["dp2_mp2", "pp2_mp2"])
 def test_four_ranks(single, tmp_path, layout):
-    run_job(tmp_path, *layout, ranks=4, timeout=180)
+    proc = run_job(tmp_path, *layout, ranks=4, timeout=180)
     np.testing.assert_allclose(step_losses(tmp_path), single, rtol=0, atol=1e-5)
+    if layout[0] != "parallel_config.data_parallel=2":
+        return
+    # the dp2 x mp2 checkpoint loads on one rank and on a 2-rank pipeline: the same validation loss
+    trained = _result(proc)["val_loss"]
+    checkpoint = f"load_checkpoint={tmp_path / 'gpt_char.ckpt'}"
+    for extra, ranks in (([], 1), (["parallel_config.pipeline_stage=2", "parallel_config.micro_batch_num=2"], 2)):
+        evaluated = run_job(tmp_path / "eval", "run_mode=eval", checkpoint, *extra, ranks=ranks)
+        assert abs(_result(evaluated)["val_loss"] - trained) < 1e-5
+
+
+def _result(proc):
+    line = [l for l in proc.stdout.splitlines() if l.startswith("gpt_char: ")][-1]
+    return json.loads(line[len("gpt_char: "):])
 
 
 @needs_mpi
