@@ -3,6 +3,7 @@ parallel layouts (in the spirit of MindSpore Transformers). Imports only `core`'
 
     from mstrain.transformer import GPT, GPTConfig, T5, T5Config, ViT, ViTConfig, Trainer, CharTokenizer, pipeline
 """
+from .bpe import ByteBPETokenizer  # noqa: F401
 from .generation import GenerationMixin  # noqa: F401
 from .gpt import GPT, GPTConfig, GPTLoss  # noqa: F401
 from .layers import Attention, FeedForward, KVCache, RMSNorm, TransformerBlock  # noqa: F401
@@ -14,4 +15,5 @@ from .vit import ViT, ViTConfig  # noqa: F401
 
 __all__ = ["GPT", "GPTConfig", "GPTLoss", "GenerationMixin", "Attention", "FeedForward", "KVCache", "RMSNorm",
            "TransformerBlock", "CharTokenizer", "pipeline", "TextGenerationPipeline", "ViT", "ViTConfig",
-           "T5", "T5Config", "T5WithLoss", "Trainer", "TrainingArguments"]
+           "T5", "T5Config", "T5WithLoss", "Trainer", "TrainingArguments",
+           "ByteBPETokenizer"]
