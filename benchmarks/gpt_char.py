@@ -10,6 +10,9 @@ Quality: validation loss after the run over every non-overlapping 128-token wind
 MFU: model FLOPs per token (3 x forward: every matrix product, attention scores and context,
 tied logits) x tokens/s over the float32 GEMM peak of numpy measured in the same run (2048^3).
 `--peer` then runs ../shared/peers/gpt_char_torch.py with the same steps and prints the ratio line.
+`--generation` instead times greedy decoding of 64 and 512 new tokens after an 8-token prompt with
+and without the KV cache (W1 width and depth, seq_length 1024 so no context restart): new tokens/s
+and ms per token (with the cache it stays about flat from 64 to 512; without, it grows with length).
 """
 import argparse
 import json
@@ -59,12 +62,35 @@ def run_ours(steps, sink_size, out_dir):
     return json.loads((Path(out_dir) / "history.json").read_text())
 
 
+def generation_lines():
+    """Greedy decoding speed with and without the KV cache: one JSON line per (length, mode)."""
+    import mstrain as ms
+    from mstrain.transformer import GPT, GPTConfig
+
+    ms.set_seed(0)
+    net = GPT(GPTConfig(vocab_size=65, num_layers=LAYERS, num_heads=HEADS, hidden_size=WIDTH, seq_length=1024))
+    prompt = (np.arange(8) % 65)[None]
+    net.generate(prompt, 2)  # warm-up
+    for new_tokens in (64, 512):
+        for use_cache in (True, False):
+            start = time.perf_counter()
+            net.generate(prompt, new_tokens, use_cache=use_cache)
+            seconds = time.perf_counter() - start
+            emit(record("W1", "gpt-char", "generate_cache" if use_cache else "generate_no_cache",
+                        "new_tokens_per_s", new_tokens / seconds, None, None, new_tokens=new_tokens,
+                        ms_per_token=round(1e3 * seconds / new_tokens, 3)))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--sink-size", type=int, default=50)
     parser.add_argument("--peer", action="store_true")
+    parser.add_argument("--generation", action="store_true")
     args = parser.parse_args()
+    if args.generation:
+        generation_lines()
+        return
     peak = gemm_peak_flops()
     with tempfile.TemporaryDirectory() as out_dir:
         history = run_ours(args.steps, args.sink_size, out_dir)
