@@ -18,7 +18,7 @@ from mstrain.random import default_generator
 
 from .layers import KVCache
 
-__all__ = ["GenerationMixin", "sample_next", "filter_logits"]
+__all__ = ["GenerationMixin", "sample_next", "filter_logits", "check_generate_args"]
 
 
 def filter_logits(logits, top_k=0, top_p=1.0):
@@ -51,7 +51,7 @@ def sample_next(logits, do_sample, temperature, top_k, top_p, rng):
     return np.minimum((np.cumsum(probs, -1) < uniform).sum(-1), probs.shape[-1] - 1)
 
 
-def _check(max_new_tokens, temperature, top_k, top_p):
+def check_generate_args(max_new_tokens, temperature, top_k, top_p):
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
     if temperature <= 0:
@@ -68,7 +68,7 @@ class GenerationMixin:
 
     def generate(self, input_ids, max_new_tokens=32, do_sample=False, temperature=1.0, top_k=0, top_p=1.0,
                  use_cache=True, seed=None):
-        _check(max_new_tokens, temperature, top_k, top_p)
+        check_generate_args(max_new_tokens, temperature, top_k, top_p)
         ids = np.asarray(input_ids.asnumpy() if hasattr(input_ids, "asnumpy") else input_ids, dtype=np.int64)
         if ids.ndim == 1:
             return self.generate(ids[None], max_new_tokens, do_sample, temperature, top_k, top_p, use_cache, seed)[0]

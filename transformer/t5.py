@@ -16,14 +16,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+import mstrain as ms
 from mstrain import Tensor, nn
 from mstrain.common.initializer import Normal
 from mstrain.ops import functional as F
 from mstrain.random import default_generator
 
-import mstrain as ms
-
-from .generation import _check, sample_next
+from .generation import check_generate_args, sample_next
 from .layers import KVCache, RMSNorm, TransformerBlock, causal_mask
 
 __all__ = ["T5Config", "T5", "T5WithLoss", "relative_position_bucket"]
@@ -148,7 +147,7 @@ class T5(nn.Cell):
     def generate(self, input_ids, max_new_tokens=32, do_sample=False, temperature=1.0, top_k=0, top_p=1.0,
                  use_cache=True, seed=None):
         """(B, S) source ids -> (B, 1 + max_new_tokens) decoder ids (start token first)."""
-        _check(max_new_tokens, temperature, top_k, top_p)
+        check_generate_args(max_new_tokens, temperature, top_k, top_p)
         source = np.asarray(input_ids.asnumpy() if hasattr(input_ids, "asnumpy") else input_ids, np.int32)
         if source.ndim == 1:
             source = source[None]

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from mstrain import Parameter, Tensor, nn
+from mstrain import Parameter, nn
 from mstrain.common.initializer import Normal, Zero, initializer
 from mstrain.errors import ShapeError
 from mstrain.ops import functional as F
