@@ -43,9 +43,9 @@ FIRST_TOKEN = 2
 @dataclass
 class T5ModelConfig:
     """T5 shape (RMSNorm, relative position buckets, no biases, tied embedding)."""
-    vocab_size: int = option(64, "ids 0..vocab_size-1 (0 starts the decoder, the task uses 2..)", low=3)
+    vocab_size: int = option(32, "ids 0..vocab_size-1 (0 starts the decoder, the task uses 2..)", low=3)
     hidden_size: int = option(64, "d_model", low=1)
-    num_layers: int = option(2, "encoder layers (and as many decoder layers)", low=1)
+    num_layers: int = option(3, "encoder layers (and as many decoder layers)", low=1)
     num_heads: int = option(4, "attention heads", low=1)
     ffn_hidden_size: int = option(256, "d_ff (ReLU MLP)", low=1)
     relative_buckets: int = option(32, "relative position buckets", low=2)
@@ -55,7 +55,7 @@ class T5ModelConfig:
 @dataclass
 class T5Train:
     """Steps, batches, evaluation, outputs."""
-    steps: int = option(1500, "training steps (a fresh batch each)", low=1)
+    steps: int = option(3000, "training steps (a fresh batch each)", low=1)
     batch_size: int = option(32, "global batch (sequences per step over all data-parallel ranks)", low=1)
     seed: int = option(0, "seed of the weights and of the sequences", low=0)
     dataset_sink_mode: bool = option(True, "run log_every steps per host round trip as one compiled graph")
@@ -66,7 +66,7 @@ class T5Train:
 @dataclass
 class CopyTask:
     """The copy task."""
-    length: int = option(16, "ids per source (and target) sequence", low=1)
+    length: int = option(10, "ids per source (and target) sequence", low=1)
     eval_sequences: int = option(256, "unseen sequences decoded greedily for the copy accuracy", low=1)
 
 
