@@ -20,7 +20,7 @@ import mstrain as ms
 from mstrain import Model, Tensor
 from mstrain import communication as comm
 from mstrain import dataset as ds
-from mstrain.communication.transport import all_reduce_array
+from mstrain.communication.transport import all_gather_object, all_reduce_array
 from mstrain.errors import ConfigError
 from mstrain.fileio import write_bytes_atomically
 from mstrain.jobs.common import build_optimizer
@@ -212,7 +212,7 @@ def _train(cfg, network, groups, splits):
         model.train(t.steps // sink_size, data, callbacks=[progress, save], dataset_sink_mode=True, sink_size=sink_size)
     else:
         model.train(1, data, callbacks=[progress, save], dataset_sink_mode=False)
-    return progress, time.perf_counter() - start
+    return progress, time.perf_counter() - start, saved
 
 
 class _Saver(Callback):
@@ -275,14 +275,27 @@ def run_gpt_char(cfg):
         if is_main_process():
             print(f"val_loss {loss:.4f} perplexity {math.exp(loss):.3f}")
         return {"val_loss": loss, "perplexity": math.exp(loss)}
-    progress, seconds = _train(cfg, network, groups, (train_ids, val_ids))
+    progress, seconds, trained = _train(cfg, network, groups, (train_ids, val_ids))
+    memory = _memory_per_rank(trained)
     if is_main_process():
         _write_outputs(cfg, progress, tokenizer, gpt_config)
+        for rank, (rss, params) in enumerate(memory):
+            _log.info("rank %d: peak resident memory %.1f MiB, trained parameters %.2f MiB", rank, rss, params)
     last = progress.records[-1]
     tokens_per_s = cfg.train.steps * cfg.train.batch_size * cfg.model.seq_length / seconds
     return {"val_loss": last["val_loss"], "train_loss": last["train_loss"],
             "tokens_per_s": round(tokens_per_s, 1), "seconds": round(seconds, 2),
+            "peak_rss_mib": [m[0] for m in memory], "parameter_mib": [m[1] for m in memory],
             "output_dir": cfg.train.output_dir}
+
+
+def _memory_per_rank(cell):
+    """[(peak resident MiB, MiB of the parameters this rank trains)] for every rank."""
+    import resource
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    params = sum(p.asnumpy().nbytes for p in cell.trainable_params()) / 2 ** 20
+    mine = (round(rss, 1), round(params, 3))
+    return all_gather_object(mine) if comm.get_group_size() > 1 else [mine]
 
 
 def _predict(cfg, network, tokenizer):

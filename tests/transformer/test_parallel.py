@@ -36,7 +36,7 @@ def test_one_rank_options_equal_plain(single, tmp_path, option):
     ["parallel_config.pipeline_stage=2", "parallel_config.micro_batch_num=2"],
 ], ids=["dp2", "mp2", "dp2_opt_shard", "mp2_recompute", "pp2"])
 def test_two_ranks_equal_one(single, tmp_path, layout):
-    run_job(tmp_path, *layout, ranks=2)
+    proc = run_job(tmp_path, *layout, ranks=2)
     losses = step_losses(tmp_path)
     assert len(losses) == 6 and losses[-1] < losses[0]
     np.testing.assert_allclose(losses, single, rtol=0, atol=1e-5)
@@ -44,6 +44,9 @@ def test_two_ranks_equal_one(single, tmp_path, layout):
     assert sorted(p.name for p in (Path(tmp_path) / "shards").iterdir()) == ["rank_0.ckpt", "rank_1.ckpt",
                                                                             "strategy.json"]
     assert (Path(tmp_path) / "gpt_char.ckpt").is_file()
+    if "parallel_config.model_parallel=2" in layout:  # each rank trains about half the parameters
+        one_rank = _result(run_job(tmp_path / "one", "train.steps=2"))["parameter_mib"][0]
+        assert all(p < 0.6 * one_rank for p in _result(proc)["parameter_mib"])
 
 
 @needs_mpi
