@@ -1,0 +1,47 @@
+"""Byte-level BPE: lossless round trips (unseen characters too), merges learnt by frequency, JSON."""
+from collections import Counter
+
+import pytest
+
+from mstrain.transformer.bpe import ByteBPETokenizer, _chunks
+
+TEXT = open("data/text/tinyshakespeare.txt", encoding="utf-8").read()[:20000]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return ByteBPETokenizer.train(TEXT, 300)
+
+
+def test_round_trip_and_compression(tok):
+    sample = TEXT[5000:7000]
+    ids = tok.encode(sample)
+    assert tok.decode(ids) == sample
+    assert len(ids) < 0.75 * len(sample.encode("utf-8"))
+    assert tok.vocab_size == 300 and max(ids) < 300
+
+
+def test_unseen_characters_round_trip(tok):
+    text = "Zoë wrote: à bientôt 🙂 — 42 ∑\tend\n"
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_first_merge_is_the_most_frequent_pair(tok):
+    pairs = Counter()
+    for chunk in _chunks(TEXT):
+        data = chunk.encode("utf-8")
+        pairs.update(zip(data, data[1:]))
+    count = max(pairs.values())
+    assert tok.merges[0] == min(pair for pair, c in pairs.items() if c == count)
+    assert tok.decode([256]) == bytes(tok.merges[0]).decode()
+
+
+def test_save_load_and_errors(tok, tmp_path):
+    tok.save(tmp_path / "bpe.json")
+    again = ByteBPETokenizer.load(tmp_path / "bpe.json")
+    assert again.merges == tok.merges and again.encode(TEXT[:500]) == tok.encode(TEXT[:500])
+    with pytest.raises(ValueError, match="id 300"):
+        tok.decode([1, 300])
+    with pytest.raises(ValueError, match="at least 256"):
+        ByteBPETokenizer.train("abc", 100)
+    assert ByteBPETokenizer.train(TEXT[:2000], 260).vocab_size == 260
