@@ -117,7 +117,7 @@ class PPOLearner:
         self.optimizer = nn.Adam(self.params, learning_rate=lr, eps=adam_eps,
                                  grad_clip=max_grad_norm if max_grad_norm > 0 else None)
         self.grad_reducer = grad_reducer
-        self.rng = np.random.default_rng([seed, 2])
+        self.rng = np.random.default_rng([int(s) for s in np.atleast_1d(seed)] + [2])
         self._grad_fn = ms.value_and_grad(self._loss, None, self.params, has_aux=True)
         self._step = ms.jit(self._update)
 

@@ -1,0 +1,141 @@
+"""Job `ppo`: PPO from an `algorithm_config`, on 1 process or on MPI ranks by a distribution policy.
+
+    mstrain --config configs/ppo_cartpole.yaml [train.total_steps=200000 train.seed=1 ...]
+    mpiexec -n 3 mstrain --config ppo_cartpole distribution_policy=single_learner_multi_actor
+
+Prints one line per iteration (progress bar, mean return of the last `train.window` training
+episodes, loss); writes history.json and returns.png to `train.output_dir`. Returns the summary
+(env steps, steps/s, the step at which the target return was reached, the final evaluation return).
+"""
+import dataclasses
+from dataclasses import dataclass
+from typing import List, Optional
+
+from mstrain.config import option, section
+from mstrain.random import set_seed
+from mstrain.registry import register_job
+
+from .environments import ENVIRONMENTS
+from .fragments import DISTRIBUTION_POLICIES
+from .trainer import train
+
+__all__ = ["PPOJobConfig", "run_ppo", "algorithm_config_of"]
+
+
+@dataclass
+class PolicySection:
+    """policy_and_network: the actor and critic networks."""
+    type: str = option("ActorCriticPolicy", "policy class (a name registered in reinforcement.algorithm)",
+                       choices=("ActorCriticPolicy",))
+    hidden: List[int] = option([64, 64], "hidden layer widths of the actor and of the critic MLP", low=1)
+    activation: str = option("tanh", "activation after each hidden layer", choices=("tanh", "relu"))
+    log_std_init: float = option(0.0, "initial log standard deviation of a Gaussian (continuous-action) policy")
+
+
+@dataclass
+class ActorSection:
+    """actor: collects trajectories with the current policy."""
+    type: str = option("PPOActor", "actor class", choices=("PPOActor",))
+
+
+@dataclass
+class LearnerSection:
+    """learner: the PPO update."""
+    type: str = option("PPOLearner", "learner class", choices=("PPOLearner",))
+    lr: float = option(2.5e-4, "Adam learning rate", low=0.0)
+    adam_eps: float = option(1e-5, "Adam epsilon", low=0.0)
+    epochs: int = option(4, "passes over each rollout", low=1)
+    clip: float = option(0.2, "clip range of the probability ratio", low=0.0)
+    gamma: float = option(0.99, "discount factor", low=0.0, high=1.0)
+    gae_lambda: float = option(0.95, "GAE lambda", low=0.0, high=1.0)
+    value_coef: float = option(0.5, "weight of the value loss", low=0.0)
+    entropy_coef: float = option(0.0, "weight of the entropy bonus", low=0.0)
+    max_grad_norm: float = option(0.5, "clip gradients to this global norm; 0 = no clipping", low=0.0)
+    normalize_advantages: bool = option(True, "standardise the advantages of each minibatch")
+
+
+@dataclass
+class EnvironmentSection:
+    """An environment and how many copies run side by side."""
+    type: str = option("CartPole-v1", f"environment: built in ({', '.join(ENVIRONMENTS)}) or a gymnasium id")
+    number: int = option(8, "copies stepped together", low=1)
+
+
+@dataclass
+class EvalEnvironmentSection(EnvironmentSection):
+    """The evaluation environment; `number` copies run the greedy policy."""
+    number: int = option(20, "copies stepped together during evaluation", low=1)
+
+
+@dataclass
+class BufferSection:
+    """replay_buffer: PPO's on-policy rollout buffer."""
+    type: str = option("Trajectory", "buffer class", choices=("Trajectory",))
+    capacity: int = option(128, "rollout length: steps per environment copy between updates", low=1)
+    sample_size: int = option(256, "minibatch size of the update", low=1)
+
+
+@dataclass
+class AlgorithmSection:
+    """algorithm_config: the parts of the algorithm (MindSpore Reinforcement's layout)."""
+    policy_and_network: PolicySection = section(PolicySection)
+    actor: ActorSection = section(ActorSection)
+    learner: LearnerSection = section(LearnerSection)
+    collect_environment: EnvironmentSection = section(EnvironmentSection)
+    eval_environment: EvalEnvironmentSection = section(EvalEnvironmentSection)
+    replay_buffer: BufferSection = section(BufferSection)
+
+
+@dataclass
+class RLTrain:
+    """The training budget, seed, evaluation and outputs."""
+    total_steps: int = option(500_000, "environment steps of the budget (all copies, all ranks)", low=1)
+    seed: int = option(0, "seed of the networks, environments, action sampling and minibatches", low=0)
+    window: int = option(20, "finished training episodes averaged for the printed return", low=1)
+    target_return: Optional[float] = option(475.0, "mean return that counts as solved (null: none)")
+    stop_at_target: bool = option(True, "stop once the training-window mean reaches target_return")
+    eval_every: int = option(0, "iterations between greedy evaluations; 0 = at the end only", low=0)
+    eval_episodes: int = option(20, "episodes of each evaluation", low=1)
+    output_dir: str = option("outputs/ppo", "directory for history.json and returns.png")
+
+
+@dataclass
+class PPOJobConfig:
+    """Config of the ppo job (its own sections only: no optimizer/data/parallel keys that nothing reads)."""
+    job: str = option("ppo", "the registered job this config runs (mstrain list shows them)")
+    distribution_policy: str = option("single_process", "how fragments map to ranks",
+                                      choices=tuple(DISTRIBUTION_POLICIES))
+    algorithm_config: AlgorithmSection = section(AlgorithmSection)
+    train: RLTrain = section(RLTrain)
+
+
+def algorithm_config_of(section):
+    """The `algorithm_config` dict of `reinforcement.algorithm` from the typed config section."""
+    policy = dataclasses.asdict(section.policy_and_network)
+    learner = dataclasses.asdict(section.learner)
+    return {
+        "policy_and_network": {"type": policy.pop("type"), "params": policy},
+        "actor": {"type": section.actor.type},
+        "learner": {"type": learner.pop("type"), "params": learner},
+        "collect_environment": dataclasses.asdict(section.collect_environment),
+        "eval_environment": dataclasses.asdict(section.eval_environment),
+        "replay_buffer": dataclasses.asdict(section.replay_buffer),
+    }
+
+
+@register_job("ppo", schema=PPOJobConfig)
+def run_ppo(cfg):
+    """PPO (clipped, GAE) on a vectorised environment; prints the return per iteration."""
+    set_seed(cfg.train.seed)
+    if cfg.distribution_policy != "single_process":
+        from mstrain import communication
+        communication.init()
+    t = cfg.train
+    summary = train(algorithm_config_of(cfg.algorithm_config), t.total_steps, seed=t.seed,
+                    distribution_policy=cfg.distribution_policy, output_dir=t.output_dir, window=t.window,
+                    target_return=t.target_return, stop_at_target=t.stop_at_target, eval_every=t.eval_every,
+                    eval_episodes=t.eval_episodes)
+    if summary is None:
+        return {}
+    summary.pop("history")
+    return summary
