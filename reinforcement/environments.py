@@ -174,7 +174,8 @@ class Pendulum(VectorEnv):
 
     def _step_states(self, actions):
         theta, theta_dot = self.states.T
-        u = np.clip(actions[:, 0].astype(np.float64), -self.max_torque, self.max_torque)
+        # the torque keeps the action's dtype, as gymnasium computes it (float32 actions: float32 terms)
+        u = np.clip(actions[:, 0], -self.max_torque, self.max_torque)
         angle = ((theta + np.pi) % (2 * np.pi)) - np.pi
         costs = angle ** 2 + 0.1 * theta_dot ** 2 + 0.001 * u ** 2
         new_theta_dot = theta_dot + (3 * self.g / (2 * self.l) * np.sin(theta) + 3.0 / (self.m * self.l ** 2) * u) * self.dt
