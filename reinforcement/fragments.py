@@ -157,6 +157,7 @@ class SingleLearnerMultiActor:
         trajectory = _abort_on_failure(self.rank, "actor", lambda: self.collect(weights=self.weights)["trajectory"])
         comm.send_array(trajectory.pack(), 0, tag=_TRAJECTORY_TAG)
         self.weights = self.sync(weights=self.weights)["weights"]
+        self.actor.policy.load_weights(self.weights)  # the actor's policy is the learner's between rounds too
         return trajectory.num_steps * (self.size - 1), None, None
 
 

@@ -61,7 +61,10 @@ class ActorCriticPolicy(nn.Cell):
 class PPOActor:
     """Collects trajectories from environments `env_offset .. env_offset + num_envs - 1` of a run with
     `total_envs` copies; the sampling noise of every copy comes from one stream shared by all actors,
-    so splitting the copies over actors leaves every action unchanged."""
+    so splitting the copies over actors leaves every action unchanged. The networks always see a
+    batch of `total_envs` rows with this actor's copies at their own rows (zeros elsewhere): a row's
+    result then does not depend on how the copies are split (matrix kernels may round differently
+    for other batch sizes), and the trajectories equal one actor's bit for bit."""
 
     def __init__(self, policy, env_name, total_envs, seed, rollout_steps=128, env_offset=0, num_envs=None,
                  gamma=0.99):
@@ -73,6 +76,13 @@ class PPOActor:
         self.noise = np.random.default_rng([seed, 1])
         self.obs = self.envs.reset()
         self.columns = slice(self.env_offset, self.env_offset + self.num_envs)
+
+    def _evaluate(self, obs):
+        """(actor output, value) of this actor's observations (num_envs, ...), via the padded batch."""
+        batch = np.zeros((self.total_envs,) + obs.shape[1:], np.float32)
+        batch[self.columns] = obs
+        head, value = self.policy.act_and_value(batch)
+        return head[self.columns], value[self.columns]
 
     def _noise(self):
         if self.policy.discrete:
@@ -87,17 +97,17 @@ class PPOActor:
         traj = Trajectory.empty(steps, n, self.envs.observation_space.shape, self.envs.action_space.shape,
                                 np.int32 if self.policy.discrete else np.float32)
         for t in range(steps):
-            head, value = self.policy.act_and_value(self.obs)
+            head, value = self._evaluate(self.obs)
             action = actor.sample(head, self._noise())
             obs, reward, terminated, truncated, info = self.envs.step(action)
             reward = reward.astype(np.float32)
             if truncated.any():  # bootstrap the cut-off tail, as if the episode went on
-                _, final_value = self.policy.act_and_value(info["final_observation"][truncated])
-                reward[truncated] += self.gamma * final_value
+                _, final_value = self._evaluate(info["final_observation"])
+                reward[truncated] += self.gamma * final_value[truncated]
             traj.record(t, self.obs, action, actor.numpy_log_prob(head, action), value, reward,
                         terminated | truncated, info["episode_return"], info["episode_length"])
             self.obs = obs
-        traj.last_values[:] = self.policy.act_and_value(self.obs)[1]
+        traj.last_values[:] = self._evaluate(self.obs)[1]
         return traj
 
 
