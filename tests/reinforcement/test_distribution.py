@@ -60,3 +60,14 @@ def test_failing_actor_aborts_the_job_naming_its_rank(tmp_path):
     assert proc.returncode != 0
     assert "actor rank 2 failed: RuntimeError: the environment server went away" in proc.stderr
     assert elapsed < 30, elapsed
+
+
+def test_cli_runs_single_learner_multi_actor_on_3_ranks(tmp_path):
+    cli = MPIEXEC.parent / "mstrain"
+    proc = _run([str(MPIEXEC), "-n", "3", str(cli), "--config", "ppo_cartpole",
+                 "distribution_policy=single_learner_multi_actor", "train.total_steps=2048", "train.eval_episodes=2",
+                 f"train.output_dir={tmp_path}"], 90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads([l for l in proc.stdout.splitlines() if l.startswith("ppo: ")][-1][5:])
+    assert result["ranks"] == 3 and result["env_steps"] == 2048 and result["iterations"] == 2
+    assert (tmp_path / "returns.png").exists()
