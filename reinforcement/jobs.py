@@ -93,7 +93,10 @@ class RLTrain:
     seed: int = option(0, "seed of the networks, environments, action sampling and minibatches", low=0)
     window: int = option(20, "finished training episodes averaged for the printed return", low=1)
     target_return: Optional[float] = option(475.0, "mean return that counts as solved (null: none)")
-    stop_at_target: bool = option(True, "stop once the training-window mean reaches target_return")
+    stop_at_target: bool = option(True, "stop once the target_on criterion reaches target_return")
+    target_on: str = option("train", "what must reach target_return: the mean of the last `window` training "
+                            "episodes (train, Stable-Baselines3's rule) or a greedy evaluation (eval)",
+                            choices=("train", "eval"))
     eval_every: int = option(0, "iterations between greedy evaluations; 0 = at the end only", low=0)
     eval_episodes: int = option(20, "episodes of each evaluation", low=1)
     output_dir: str = option("outputs/ppo", "directory for history.json and returns.png")
@@ -134,7 +137,7 @@ def run_ppo(cfg):
     summary = train(algorithm_config_of(cfg.algorithm_config), t.total_steps, seed=t.seed,
                     distribution_policy=cfg.distribution_policy, output_dir=t.output_dir, window=t.window,
                     target_return=t.target_return, stop_at_target=t.stop_at_target, eval_every=t.eval_every,
-                    eval_episodes=t.eval_episodes)
+                    eval_episodes=t.eval_episodes, target_on=t.target_on)
     if summary is None:
         return {}
     summary.pop("history")

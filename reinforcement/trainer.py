@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mstrain.errors import ConfigError
 from mstrain.fileio import write_json_atomically
 from mstrain.log import get_logger
 from mstrain.plot import line_plot
@@ -44,15 +45,24 @@ def evaluate(policy, env, episodes):
 
 
 def train(algorithm_config, total_steps, seed=0, distribution_policy="single_process", output_dir=None,
-          window=20, target_return=None, stop_at_target=False, eval_every=0, eval_episodes=20, log=None):
+          window=20, target_return=None, stop_at_target=False, eval_every=0, eval_episodes=20,
+          target_on="train", log=None):
     """Train until `total_steps` environment steps (or the target); returns the summary dict on the
-    learner rank (rank 0), None on pure actor ranks."""
+    learner rank (rank 0), None on pure actor ranks.
+
+    `target_on` picks the solved criterion: "train" (the mean return of the last `window` finished
+    training episodes, Stable-Baselines3's rule) or "eval" (the greedy evaluation run every
+    `eval_every` iterations); `solved_at` and `eval_solved_at` report the step of each."""
+    if target_on not in ("train", "eval"):
+        raise ConfigError(f"target_on must be 'train' or 'eval', got {target_on!r}", key="train.target_on")
+    if target_on == "eval" and target_return is not None and not eval_every:
+        raise ConfigError("target_on 'eval' needs eval_every > 0 (the evaluations decide)", key="train.eval_every")
     build = AlgorithmBuild(algorithm_config, seed)
     runner = make_distribution_policy(distribution_policy, build)
     main = runner.rank == 0
     log = log or get_logger("reinforcement")
     recent = collections.deque(maxlen=window)
-    history, steps, solved_at, start = [], 0, None, time.perf_counter()
+    history, steps, solved_at, eval_solved_at, start = [], 0, None, None, time.perf_counter()
     iterations = -(-int(total_steps) // (build.total_envs * build.rollout_steps))
     for iteration in range(1, iterations + 1):
         new_steps, returns, stats = runner.iteration()
@@ -65,7 +75,10 @@ def train(algorithm_config, total_steps, seed=0, distribution_policy="single_pro
                 history[-1]["eval_return"] = evaluate(runner.learner.policy, build.eval_env(), eval_episodes)
                 log.info("iter %d: eval return %.1f over %d episodes", iteration, history[-1]["eval_return"],
                          eval_episodes)
-            stop = solved_at is not None and stop_at_target
+                if eval_solved_at is None and target_return is not None and \
+                        history[-1]["eval_return"] >= target_return:
+                    eval_solved_at = steps
+            stop = stop_at_target and (solved_at if target_on == "train" else eval_solved_at) is not None
         if _broadcast_stop(runner, stop):
             break
     if not main:
@@ -76,7 +89,7 @@ def train(algorithm_config, total_steps, seed=0, distribution_policy="single_pro
         history[-1]["eval_return"] = final_eval
     summary = {"distribution_policy": distribution_policy, "ranks": runner.size, "env_steps": steps,
                "iterations": len(history), "seconds": round(seconds, 3), "env_steps_per_s": steps / seconds,
-               "solved_at": solved_at, "final_train_return": history[-1]["mean_return"] if history else None,
+               "solved_at": solved_at, "eval_solved_at": eval_solved_at, "final_train_return": history[-1]["mean_return"] if history else None,
                "eval_return": final_eval, "eval_episodes": eval_episodes}
     if output_dir:
         _write_outputs(Path(output_dir), history, summary)
