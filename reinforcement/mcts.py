@@ -18,6 +18,7 @@ PUCT scores Q + c P sqrt(N) / (1 + n) (AlphaZero). Ties go to the first child in
 When the extension is not built, `PythonSearch` (the same algorithm in Python, also the test
 reference) runs instead.
 """
+import functools
 import math
 
 import numpy as np
@@ -25,7 +26,8 @@ import numpy as np
 from mstrain.errors import ConfigError
 from mstrain.kernels import native_module
 
-__all__ = ["Game", "TicTacToe", "ConnectFour", "MCTS", "PythonSearch", "GAMES"]
+__all__ = ["Game", "TicTacToe", "ConnectFour", "MCTS", "PythonSearch", "GAMES", "tictactoe_minimax", "minimax_move",
+           "play_vs_minimax"]
 
 
 class Game:
@@ -110,6 +112,42 @@ class ConnectFour(Game):
     def encode(self, state):
         bits = [7 * c + r for c in range(7) for r in range(6)]
         return np.array([state[0] >> b & 1 for b in bits] + [state[1] >> b & 1 for b in bits], np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def tictactoe_minimax(state):
+    """Exact value of a tic-tac-toe `state` for the player to move: +1 win, 0 draw, -1 loss."""
+    game = TicTacToe()
+    if game.terminal_value(state) is not None:
+        return -game.terminal_value(state)
+    return max(-tictactoe_minimax(game.play(state, m)) for m in game.legal_moves(state))
+
+
+def minimax_move(state, rng):
+    """A perfect tic-tac-toe move, chosen at random among the optimal ones (`rng`: numpy Generator)."""
+    game = TicTacToe()
+    values = {m: -tictactoe_minimax(game.play(state, m)) for m in game.legal_moves(state)}
+    best = max(values.values())
+    return int(rng.choice([m for m, v in values.items() if v == best]))
+
+
+def play_vs_minimax(games, simulations, seed=0, native=True):
+    """UCT (`simulations` per move, the tree kept between moves) against perfect play, the sides
+    taking turns to start; returns {"uct_wins", "draws", "uct_losses"}."""
+    rng, game, results = np.random.default_rng(seed), TicTacToe(), {"uct_wins": 0, "draws": 0, "uct_losses": 0}
+    for index in range(games):
+        search = MCTS("tictactoe", seed=int(rng.integers(1 << 30)), native=native)
+        state, uct_to_move = game.initial(), index % 2 == 0
+        while game.terminal_value(state) is None:
+            move = search.run(simulations).best_move() if uct_to_move else minimax_move(state, rng)
+            search.advance(move)
+            state = game.play(state, move)
+            uct_to_move = not uct_to_move
+        if game.terminal_value(state) == 0.0:
+            results["draws"] += 1
+        else:  # the player who moved last won
+            results["uct_losses" if uct_to_move else "uct_wins"] += 1
+    return results
 
 
 GAMES = {"tictactoe": TicTacToe, "connect4": ConnectFour}

@@ -1,12 +1,11 @@
 """MCTS: the C++ tree against the Python reference, subtree reuse, Python games, and play vs minimax."""
-import functools
-
 import numpy as np
 import pytest
 
 from mstrain.errors import ConfigError
 from mstrain.kernels import native_module
-from mstrain.reinforcement.mcts import MCTS, ConnectFour, Game, TicTacToe
+from mstrain.reinforcement.mcts import (MCTS, ConnectFour, Game, TicTacToe, minimax_move, play_vs_minimax,
+                                        tictactoe_minimax)
 
 native = pytest.mark.skipif(native_module("mstrain.reinforcement", "mcts") is None,
                             reason="needs the C++ extension (pip install -e .)")
@@ -52,53 +51,19 @@ def test_advance_keeps_the_subtree():
             search.advance(move)  # that cell is taken now
 
 
-@functools.lru_cache(maxsize=None)
-def _minimax(state):
-    """Value of `state` for the player to move (+1 win, 0 draw, -1 loss)."""
-    game = TicTacToe()
-    if game.terminal_value(state) is not None:
-        return -game.terminal_value(state)
-    return max(-_minimax(game.play(state, m)) for m in game.legal_moves(state))
-
-
-def _minimax_move(state, rng):
-    game = TicTacToe()
-    values = {m: -_minimax(game.play(state, m)) for m in game.legal_moves(state)}
-    best = max(values.values())
-    return int(rng.choice([m for m, v in values.items() if v == best]))
-
-
 @native
-@pytest.mark.parametrize("uct_starts", [True, False])
-def test_uct_with_10000_simulations_never_loses_to_minimax(uct_starts):
-    game, rng, state = TicTacToe(), np.random.default_rng(0), TicTacToe().initial()
-    uct_to_move = uct_starts
-    while game.terminal_value(state) is None:
-        if uct_to_move:
-            search = MCTS("tictactoe", seed=int(rng.integers(1 << 30)))
-            for move in _moves_to(state):
-                search.advance(move)
-            move = search.run(10_000).best_move()
-        else:
-            move = _minimax_move(state, rng)
+def test_uct_with_10000_simulations_never_loses_to_minimax():
+    results = play_vs_minimax(games=2, simulations=10_000, seed=0)  # UCT starts one game, minimax the other
+    assert results["uct_losses"] == 0 and sum(results.values()) == 2
+
+
+def test_minimax_values():
+    game = TicTacToe()
+    assert tictactoe_minimax(game.initial()) == 0  # perfect play draws
+    state = game.initial()
+    for move in (0, 3, 1, 4):  # X to move with two in a row (0, 1): a win
         state = game.play(state, move)
-        uct_to_move = not uct_to_move
-    # the player who moved last won, or the game is a draw; the loser cannot be UCT
-    uct_moved_last = not uct_to_move
-    assert game.terminal_value(state) == 0.0 or uct_moved_last
-
-
-def _moves_to(state):
-    """The cells played to reach `state`, in an order that alternates players correctly."""
-    mine, theirs = state[1], state[0]  # state[1] moved last
-    plies = state[2]
-    first, second = (mine, theirs) if plies % 2 else (theirs, mine)
-    a = [c for c in range(9) if first >> c & 1]
-    b = [c for c in range(9) if second >> c & 1]
-    order = []
-    for i in range(plies):
-        order.append(a[i // 2] if i % 2 == 0 else b[i // 2])
-    return order
+    assert tictactoe_minimax(state) == 1 and minimax_move(state, np.random.default_rng(0)) == 2
 
 
 class _CountDown(Game):
