@@ -84,9 +84,8 @@ class AlgorithmBuild:
 
     def trajectory_template(self, num_envs):
         """An empty trajectory of `num_envs` environments (the shapes a receiver expects)."""
-        discrete = not self.action_space.shape
-        return Trajectory.empty(self.rollout_steps, num_envs, self.observation_space.shape, self.action_space.shape,
-                                np.int32 if discrete else np.float32)
+        return self.classes["actor"].empty_trajectory(self.rollout_steps, num_envs, self.observation_space,
+                                                      self.action_space)
 
     def eval_env(self):
         spec = self.config["eval_environment"]

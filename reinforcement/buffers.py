@@ -48,17 +48,20 @@ class Trajectory:
         """{field: array (T * N, ...)} of the per-step fields, row t * N + n."""
         return {name: getattr(self, name).reshape((-1,) + getattr(self, name).shape[2:]) for name in _FIELDS}
 
-    _ALL = _FIELDS + ("last_values", "episode_returns", "episode_lengths")
+    @property
+    def fields(self):
+        """The names of the arrays this trajectory holds (sorted: the order of `pack`)."""
+        return sorted(name for name, value in vars(self).items() if isinstance(value, np.ndarray))
 
     def pack(self):
         """One float64 vector holding every array (the layout is known to the receiver)."""
-        return np.concatenate([np.asarray(getattr(self, name), np.float64).reshape(-1) for name in self._ALL])
+        return np.concatenate([np.asarray(getattr(self, name), np.float64).reshape(-1) for name in self.fields])
 
     @classmethod
     def unpack(cls, flat, like):
-        """A Trajectory of the same shapes and dtypes as `like` from `pack()`'s vector."""
+        """A Trajectory of the same fields, shapes and dtypes as `like` from `pack()`'s vector."""
         arrays, offset = {}, 0
-        for name in cls._ALL:
+        for name in like.fields:
             ref = getattr(like, name)
             arrays[name] = flat[offset:offset + ref.size].reshape(ref.shape).astype(ref.dtype)
             offset += ref.size
@@ -66,6 +69,7 @@ class Trajectory:
 
     @classmethod
     def concat(cls, parts):
-        """Join trajectories of the same length along the environment axis."""
-        return cls(**{name: np.concatenate([getattr(p, name) for p in parts], axis=1 if name != "last_values" else 0)
-                      for name in cls._ALL})
+        """Join trajectories of the same length along the environment axis (axis 1 of time-major
+        arrays, axis 0 of per-environment vectors such as last_values)."""
+        return cls(**{name: np.concatenate([getattr(p, name) for p in parts], axis=1 if getattr(parts[0], name).ndim > 1
+                                           else 0) for name in parts[0].fields})

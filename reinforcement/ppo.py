@@ -77,6 +77,13 @@ class PPOActor:
         self.obs = self.envs.reset()
         self.columns = slice(self.env_offset, self.env_offset + self.num_envs)
 
+    @staticmethod
+    def empty_trajectory(steps, num_envs, observation_space, action_space):
+        """The trajectory layout this actor produces (what a receiving learner expects)."""
+        discrete = isinstance(action_space, Discrete)
+        return Trajectory.empty(steps, num_envs, observation_space.shape, action_space.shape,
+                                np.int32 if discrete else np.float32)
+
     def _evaluate(self, obs):
         """(actor output, value) of this actor's observations (num_envs, ...), via the padded batch."""
         batch = np.zeros((self.total_envs,) + obs.shape[1:], np.float32)
@@ -94,8 +101,7 @@ class PPOActor:
         """One rollout of `rollout_steps` steps in every copy (a `Trajectory`, time-major)."""
         actor = self.policy.actor
         steps, n = self.rollout_steps, self.num_envs
-        traj = Trajectory.empty(steps, n, self.envs.observation_space.shape, self.envs.action_space.shape,
-                                np.int32 if self.policy.discrete else np.float32)
+        traj = self.empty_trajectory(steps, n, self.envs.observation_space, self.envs.action_space)
         for t in range(steps):
             head, value = self._evaluate(self.obs)
             action = actor.sample(head, self._noise())

@@ -76,7 +76,7 @@ def test_trajectory_pack_unpack_and_concat():
     a, b = build.actor(0, 2).collect(), build.actor(2, 1).collect()
     joined = Trajectory.concat([a, b])
     back = Trajectory.unpack(joined.pack(), joined)
-    for name in Trajectory._ALL:
+    for name in joined.fields:
         np.testing.assert_array_equal(getattr(back, name), getattr(joined, name))
         assert getattr(back, name).dtype == getattr(joined, name).dtype
     whole = build.actor(0, 3).collect()  # the same copies collected by one actor
