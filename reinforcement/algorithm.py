@@ -10,8 +10,11 @@
     }
     build = AlgorithmBuild(algorithm_config, seed=0)
 
-A `type` is a registered name (`COMPONENTS`) or the class itself. For PPO's on-policy buffer,
-`capacity` is the rollout length per environment and `sample_size` the minibatch size. The build
+A `type` is a registered name (`COMPONENTS`) or the class itself. For PPO's on-policy buffer
+(`Trajectory`), `capacity` is the rollout length per environment and `sample_size` the minibatch
+size; for a replay buffer (`ReplayBuffer`, `PrioritizedReplayBuffer`, with `params` such as alpha and
+beta) `capacity` is the number of transitions kept, and the actor's `rollout_steps` the steps per
+environment between learner calls. The build
 makes the parts for a distribution policy: `build.actor(offset, count)` (an actor with its own
 policy, stepping environments offset .. offset + count - 1), `build.learner(policy, ...)`,
 `build.eval_env()`.
@@ -21,13 +24,15 @@ import numpy as np
 from mstrain.errors import ConfigError
 
 from .buffers import Trajectory
+from .dqn import DQNActor, DQNLearner, PrioritizedReplayBuffer, QPolicy, ReplayBuffer
 from .environments import make_env
 from .ppo import ActorCriticPolicy, PPOActor, PPOLearner
 
 __all__ = ["AlgorithmBuild", "COMPONENTS", "register_component"]
 
 COMPONENTS = {"ActorCriticPolicy": ActorCriticPolicy, "PPOActor": PPOActor, "PPOLearner": PPOLearner,
-              "Trajectory": Trajectory}
+              "Trajectory": Trajectory, "QPolicy": QPolicy, "DQNActor": DQNActor, "DQNLearner": DQNLearner,
+              "ReplayBuffer": ReplayBuffer, "PrioritizedReplayBuffer": PrioritizedReplayBuffer}
 _PARTS = ("policy_and_network", "actor", "learner", "collect_environment", "eval_environment", "replay_buffer")
 
 
@@ -64,7 +69,11 @@ class AlgorithmBuild:
         probe = make_env(self.env_name, 1, seed)
         self.observation_space, self.action_space = probe.observation_space, probe.action_space
         buffer = algorithm_config["replay_buffer"]
-        self.rollout_steps, self.sample_size = int(buffer["capacity"]), int(buffer["sample_size"])
+        self.capacity, self.sample_size = int(buffer["capacity"]), int(buffer["sample_size"])
+        self.actor_params = dict(algorithm_config["actor"].get("params", {}))
+        # an on-policy Trajectory buffer holds one rollout: its capacity is the rollout length
+        self.on_policy = self.classes["replay_buffer"] is Trajectory
+        self.rollout_steps = int(self.actor_params.pop("rollout_steps", self.capacity if self.on_policy else 1))
         self.learner_params = dict(algorithm_config["learner"].get("params", {}))
         self.gamma = float(self.learner_params.get("gamma", 0.99))
 
@@ -75,12 +84,16 @@ class AlgorithmBuild:
     def actor(self, env_offset, num_envs):
         return self.classes["actor"](self.policy(), self.env_name, self.total_envs, self.seed,
                                      rollout_steps=self.rollout_steps, env_offset=env_offset, num_envs=num_envs,
-                                     gamma=self.gamma, **self.config["actor"].get("params", {}))
+                                     gamma=self.gamma, **self.actor_params)
 
     def learner(self, policy, grad_reducer=None, minibatch_scale=1.0, seed_offset=0):
         minibatch = max(1, int(round(self.sample_size * minibatch_scale)))
+        extra = {}
+        if not self.on_policy:  # the learner keeps the replay memory
+            params = self.config["replay_buffer"].get("params", {})
+            extra["replay_buffer"] = self.classes["replay_buffer"](self.capacity, self.observation_space.shape, **params)
         return self.classes["learner"](policy, [self.seed, seed_offset], minibatch_size=minibatch,
-                                       grad_reducer=grad_reducer, **self.learner_params)
+                                       grad_reducer=grad_reducer, **extra, **self.learner_params)
 
     def trajectory_template(self, num_envs):
         """An empty trajectory of `num_envs` environments (the shapes a receiver expects)."""

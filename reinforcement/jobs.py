@@ -19,7 +19,7 @@ from .environments import ENVIRONMENTS
 from .fragments import DISTRIBUTION_POLICIES
 from .trainer import train
 
-__all__ = ["PPOJobConfig", "run_ppo", "algorithm_config_of"]
+__all__ = ["PPOJobConfig", "DQNJobConfig", "run_ppo", "run_dqn", "algorithm_config_of"]
 
 
 @dataclass
@@ -103,6 +103,59 @@ class RLTrain:
 
 
 @dataclass
+class QPolicySection:
+    """policy_and_network: the Q network (and its target copy)."""
+    type: str = option("QPolicy", "policy class", choices=("QPolicy",))
+    hidden: List[int] = option([256, 256], "hidden layer widths of the Q network", low=1)
+    activation: str = option("relu", "activation after each hidden layer", choices=("tanh", "relu"))
+
+
+@dataclass
+class DQNActorSection:
+    """actor: epsilon-greedy collection."""
+    type: str = option("DQNActor", "actor class", choices=("DQNActor",))
+    rollout_steps: int = option(32, "steps per environment copy between learner calls", low=1)
+    epsilon_start: float = option(1.0, "exploration rate at the start", low=0.0, high=1.0)
+    epsilon_final: float = option(0.04, "exploration rate after exploration_steps", low=0.0, high=1.0)
+    exploration_steps: int = option(8000, "environment steps (all copies) of the linear epsilon decay", low=1)
+
+
+@dataclass
+class DQNLearnerSection:
+    """learner: the DQN update."""
+    type: str = option("DQNLearner", "learner class", choices=("DQNLearner",))
+    lr: float = option(2.3e-3, "Adam learning rate", low=0.0)
+    gamma: float = option(0.99, "discount factor", low=0.0, high=1.0)
+    learning_starts: int = option(1000, "transitions in the buffer before the first update", low=0)
+    gradient_steps: int = option(128, "updates per learner call", low=1)
+    target_update_interval: int = option(10, "updates between copies of the online weights into the target", low=1)
+    double_dqn: bool = option(True, "pick the next action with the online network (double DQN)")
+    max_grad_norm: float = option(10.0, "clip gradients to this global norm; 0 = no clipping", low=0.0)
+
+
+@dataclass
+class ReplaySection:
+    """replay_buffer: uniform or prioritized experience replay."""
+    type: str = option("ReplayBuffer", "ReplayBuffer (uniform) or PrioritizedReplayBuffer (proportional)",
+                       choices=("ReplayBuffer", "PrioritizedReplayBuffer"))
+    capacity: int = option(100_000, "transitions kept (the oldest are overwritten)", low=1)
+    sample_size: int = option(64, "minibatch size of an update", low=1)
+    alpha: float = option(0.6, "PrioritizedReplayBuffer: priority exponent", low=0.0)
+    beta: float = option(0.4, "PrioritizedReplayBuffer: importance-weight exponent", low=0.0, high=1.0)
+
+
+@dataclass
+class DQNAlgorithmSection:
+    """algorithm_config: the parts of DQN."""
+    policy_and_network: QPolicySection = section(QPolicySection)
+    actor: DQNActorSection = section(DQNActorSection)
+    learner: DQNLearnerSection = section(DQNLearnerSection)
+    collect_environment: EnvironmentSection = section(EnvironmentSection)
+    eval_environment: EvalEnvironmentSection = section(EvalEnvironmentSection)
+    replay_buffer: ReplaySection = section(ReplaySection)
+
+
+@dataclass
 class PPOJobConfig:
     """Config of the ppo job (its own sections only: no optimizer/data/parallel keys that nothing reads)."""
     job: str = option("ppo", "the registered job this config runs (mstrain list shows them)")
@@ -112,23 +165,46 @@ class PPOJobConfig:
     train: RLTrain = section(RLTrain)
 
 
+@dataclass
+class DQNJobConfig:
+    """Config of the dqn job."""
+    job: str = option("dqn", "the registered job this config runs (mstrain list shows them)")
+    distribution_policy: str = option("single_process", "how fragments map to ranks",
+                                      choices=tuple(DISTRIBUTION_POLICIES))
+    algorithm_config: DQNAlgorithmSection = section(DQNAlgorithmSection)
+    train: RLTrain = section(RLTrain)
+
+
+def _typed(part):
+    values = dataclasses.asdict(part)
+    return {"type": values.pop("type"), "params": values}
+
+
 def algorithm_config_of(section):
-    """The `algorithm_config` dict of `reinforcement.algorithm` from the typed config section."""
-    policy = dataclasses.asdict(section.policy_and_network)
-    learner = dataclasses.asdict(section.learner)
-    return {
-        "policy_and_network": {"type": policy.pop("type"), "params": policy},
-        "actor": {"type": section.actor.type},
-        "learner": {"type": learner.pop("type"), "params": learner},
-        "collect_environment": dataclasses.asdict(section.collect_environment),
-        "eval_environment": dataclasses.asdict(section.eval_environment),
-        "replay_buffer": dataclasses.asdict(section.replay_buffer),
-    }
+    """The `algorithm_config` dict of `reinforcement.algorithm` from a typed config section."""
+    buffer = dataclasses.asdict(section.replay_buffer)
+    params = {k: buffer.pop(k) for k in ("alpha", "beta") if k in buffer}
+    if buffer["type"] == "PrioritizedReplayBuffer":
+        buffer["params"] = params
+    return {"policy_and_network": _typed(section.policy_and_network), "actor": _typed(section.actor),
+            "learner": _typed(section.learner),
+            "collect_environment": dataclasses.asdict(section.collect_environment),
+            "eval_environment": dataclasses.asdict(section.eval_environment), "replay_buffer": buffer}
 
 
 @register_job("ppo", schema=PPOJobConfig)
 def run_ppo(cfg):
     """PPO (clipped, GAE) on a vectorised environment; prints the return per iteration."""
+    return _run(cfg)
+
+
+@register_job("dqn", schema=DQNJobConfig)
+def run_dqn(cfg):
+    """DQN (target network, double DQN, uniform or prioritized replay); prints the return per iteration."""
+    return _run(cfg)
+
+
+def _run(cfg):
     set_seed(cfg.train.seed)
     if cfg.distribution_policy != "single_process":
         from mstrain import communication
