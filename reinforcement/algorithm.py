@@ -23,6 +23,7 @@ import numpy as np
 
 from mstrain.errors import ConfigError
 
+from .a2c import A2CLearner
 from .buffers import Trajectory
 from .dqn import DQNActor, DQNLearner, PrioritizedReplayBuffer, QPolicy, ReplayBuffer
 from .environments import make_env
@@ -32,7 +33,8 @@ __all__ = ["AlgorithmBuild", "COMPONENTS", "register_component"]
 
 COMPONENTS = {"ActorCriticPolicy": ActorCriticPolicy, "PPOActor": PPOActor, "PPOLearner": PPOLearner,
               "Trajectory": Trajectory, "QPolicy": QPolicy, "DQNActor": DQNActor, "DQNLearner": DQNLearner,
-              "ReplayBuffer": ReplayBuffer, "PrioritizedReplayBuffer": PrioritizedReplayBuffer}
+              "ReplayBuffer": ReplayBuffer, "PrioritizedReplayBuffer": PrioritizedReplayBuffer,
+              "A2CLearner": A2CLearner}
 _PARTS = ("policy_and_network", "actor", "learner", "collect_environment", "eval_environment", "replay_buffer")
 
 

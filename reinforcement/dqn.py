@@ -181,7 +181,7 @@ class DQNLearner:
     """The DQN update; the replay buffer lives here (it is the learner's memory)."""
 
     def __init__(self, policy, seed, replay_buffer=None, lr=2.3e-3, gamma=0.99, minibatch_size=64,
-                 learning_starts=1000, gradient_steps=1, target_update_interval=10, double_dqn=True,
+                 learning_starts=1000, gradient_steps=1, target_update_interval=1000, double_dqn=True,
                  max_grad_norm=10.0, grad_reducer=None):
         self.policy, self.gamma, self.batch = policy, float(gamma), int(minibatch_size)
         self.buffer = replay_buffer if replay_buffer is not None else ReplayBuffer(100_000, policy.observation_shape)

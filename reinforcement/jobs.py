@@ -19,7 +19,7 @@ from .environments import ENVIRONMENTS
 from .fragments import DISTRIBUTION_POLICIES
 from .trainer import train
 
-__all__ = ["PPOJobConfig", "DQNJobConfig", "run_ppo", "run_dqn", "algorithm_config_of"]
+__all__ = ["PPOJobConfig", "DQNJobConfig", "A2CJobConfig", "run_ppo", "run_dqn", "run_a2c", "algorithm_config_of"]
 
 
 @dataclass
@@ -55,6 +55,20 @@ class LearnerSection:
 
 
 @dataclass
+class A2CLearnerSection:
+    """learner: one full-batch advantage actor-critic step per rollout."""
+    type: str = option("A2CLearner", "learner class", choices=("A2CLearner",))
+    lr: float = option(7e-4, "Adam learning rate", low=0.0)
+    adam_eps: float = option(1e-5, "Adam epsilon", low=0.0)
+    gamma: float = option(0.99, "discount factor", low=0.0, high=1.0)
+    gae_lambda: float = option(1.0, "GAE lambda (1: n-step returns)", low=0.0, high=1.0)
+    value_coef: float = option(0.5, "weight of the value loss", low=0.0)
+    entropy_coef: float = option(0.0, "weight of the entropy bonus", low=0.0)
+    max_grad_norm: float = option(0.5, "clip gradients to this global norm; 0 = no clipping", low=0.0)
+    normalize_advantages: bool = option(False, "standardise the advantages of each batch")
+
+
+@dataclass
 class EnvironmentSection:
     """An environment and how many copies run side by side."""
     type: str = option("CartPole-v1", f"environment: built in ({', '.join(ENVIRONMENTS)}) or a gymnasium id")
@@ -84,6 +98,20 @@ class AlgorithmSection:
     collect_environment: EnvironmentSection = section(EnvironmentSection)
     eval_environment: EvalEnvironmentSection = section(EvalEnvironmentSection)
     replay_buffer: BufferSection = section(BufferSection)
+
+
+@dataclass
+class A2CBufferSection(BufferSection):
+    """replay_buffer: the rollout (A2C learns on all of it at once)."""
+    capacity: int = option(5, "rollout length: steps per environment copy between updates", low=1)
+    sample_size: int = option(40, "batch of the update (capacity x environment copies: the whole rollout)", low=1)
+
+
+@dataclass
+class A2CAlgorithmSection(AlgorithmSection):
+    """algorithm_config: the parts of A2C."""
+    learner: A2CLearnerSection = section(A2CLearnerSection)
+    replay_buffer: A2CBufferSection = section(A2CBufferSection)
 
 
 @dataclass
@@ -128,7 +156,7 @@ class DQNLearnerSection:
     gamma: float = option(0.99, "discount factor", low=0.0, high=1.0)
     learning_starts: int = option(1000, "transitions in the buffer before the first update", low=0)
     gradient_steps: int = option(128, "updates per learner call", low=1)
-    target_update_interval: int = option(10, "updates between copies of the online weights into the target", low=1)
+    target_update_interval: int = option(128, "updates between copies of the online weights into the target", low=1)
     double_dqn: bool = option(True, "pick the next action with the online network (double DQN)")
     max_grad_norm: float = option(10.0, "clip gradients to this global norm; 0 = no clipping", low=0.0)
 
@@ -175,6 +203,16 @@ class DQNJobConfig:
     train: RLTrain = section(RLTrain)
 
 
+@dataclass
+class A2CJobConfig:
+    """Config of the a2c job."""
+    job: str = option("a2c", "the registered job this config runs (mstrain list shows them)")
+    distribution_policy: str = option("single_process", "how fragments map to ranks",
+                                      choices=tuple(DISTRIBUTION_POLICIES))
+    algorithm_config: A2CAlgorithmSection = section(A2CAlgorithmSection)
+    train: RLTrain = section(RLTrain)
+
+
 def _typed(part):
     values = dataclasses.asdict(part)
     return {"type": values.pop("type"), "params": values}
@@ -201,6 +239,12 @@ def run_ppo(cfg):
 @register_job("dqn", schema=DQNJobConfig)
 def run_dqn(cfg):
     """DQN (target network, double DQN, uniform or prioritized replay); prints the return per iteration."""
+    return _run(cfg)
+
+
+@register_job("a2c", schema=A2CJobConfig)
+def run_a2c(cfg):
+    """A2C (synchronous advantage actor-critic); prints the return per iteration."""
     return _run(cfg)
 
 

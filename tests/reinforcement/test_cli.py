@@ -40,3 +40,16 @@ def test_multi_actor_policy_needs_several_ranks(mstrain, repo_root, tmp_path, mo
     code, out, err = mstrain("--config", "ppo_cartpole", "distribution_policy=single_learner_multi_actor",
                              f"train.output_dir={tmp_path}")
     assert code == 2 and "at least 2 ranks" in err, err
+
+
+@pytest.mark.parametrize("config,steps", [("dqn_cartpole", 512), ("a2c_cartpole", 400)])
+def test_dqn_and_a2c_configs_run(mstrain, repo_root, tmp_path, monkeypatch, config, steps):
+    monkeypatch.chdir(repo_root)
+    overrides = ["algorithm_config.learner.learning_starts=256", "algorithm_config.learner.gradient_steps=4",
+                 "algorithm_config.replay_buffer.type=PrioritizedReplayBuffer"] if config.startswith("dqn") else []
+    code, out, err = mstrain("--config", config, f"train.total_steps={steps}", "train.eval_every=0",
+                             "train.target_on=train", "train.eval_episodes=2", f"train.output_dir={tmp_path}",
+                             *overrides)
+    assert code == 0, err
+    result = json.loads([l for l in out.splitlines() if l.startswith(config.split("_")[0] + ": ")][-1].split(": ", 1)[1])
+    assert result["env_steps"] == steps and (tmp_path / "returns.png").exists()
