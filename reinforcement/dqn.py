@@ -27,7 +27,7 @@ __all__ = ["QPolicy", "DQNActor", "DQNLearner", "ReplayBuffer", "PrioritizedRepl
 class QPolicy(nn.Cell):
     """Q(s, .) for a discrete action space; `target` is a separate copy updated by `sync_target`."""
 
-    def __init__(self, observation_space, action_space, hidden=(256, 256), activation="relu", **_ignored):
+    def __init__(self, observation_space, action_space, hidden=(256, 256), activation="relu"):
         super().__init__()
         if not isinstance(action_space, Discrete):
             raise ConfigError(f"DQN needs a discrete action space, got {action_space}",

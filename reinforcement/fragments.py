@@ -20,6 +20,8 @@ same on 1 process or N ranks:
 An actor rank whose fragment raises aborts the whole job, naming the rank, instead of leaving the
 learner waiting for its trajectory.
 """
+import abc
+
 import numpy as np
 
 from mstrain import communication as comm
@@ -34,7 +36,7 @@ __all__ = ["Fragment", "CollectFragment", "LearnFragment", "SyncWeightsFragment"
 _TRAJECTORY_TAG = 71
 
 
-class Fragment:
+class Fragment(abc.ABC):
     """One step of the dataflow: `fragment(**inputs) -> {output name: value}`."""
     inputs = ()
     outputs = ()
@@ -46,8 +48,9 @@ class Fragment:
         outputs = self.run(**{name: inputs[name] for name in self.inputs})
         return dict(zip(self.outputs, outputs if len(self.outputs) > 1 else (outputs,)))
 
+    @abc.abstractmethod
     def run(self, **inputs):
-        raise NotImplementedError
+        """The fragment's work: its inputs by name -> its outputs in `outputs` order."""
 
 
 class CollectFragment(Fragment):

@@ -18,6 +18,7 @@ PUCT scores Q + c P sqrt(N) / (1 + n) (AlphaZero). Ties go to the first child in
 When the extension is not built, `PythonSearch` (the same algorithm in Python, also the test
 reference) runs instead.
 """
+import abc
 import functools
 import math
 
@@ -30,30 +31,32 @@ __all__ = ["Game", "TicTacToe", "ConnectFour", "MCTS", "PythonSearch", "GAMES", 
            "play_vs_minimax"]
 
 
-class Game:
-    """A game for MCTS, written in Python: override `initial`, `legal_moves`, `play`, `terminal_value`
-    (and `encode` to use an evaluator). States are any Python objects, treated as immutable."""
+class Game(abc.ABC):
+    """A game for MCTS, written in Python: define `num_actions`, `initial`, `legal_moves`, `play`,
+    `terminal_value` (and `encode` to use an evaluator). States are any Python objects, treated as
+    immutable."""
     num_actions = 0
 
+    @abc.abstractmethod
     def initial(self):
-        raise NotImplementedError
+        """The state the search starts from."""
 
+    @abc.abstractmethod
     def legal_moves(self, state):
         """Move ids (0 .. num_actions-1) playable in `state`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def play(self, state, move):
         """The state after `move` (a new object)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def terminal_value(self, state):
         """None while the game goes on, else the result for the player who just moved (1 win, 0 draw,
         -1 loss; any value in [-1, 1] for single-player games)."""
-        raise NotImplementedError
 
     def encode(self, state):
         """A float32 vector of the state for an evaluator."""
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} defines no encode(state): an evaluator needs one")
 
 
 class TicTacToe(Game):
