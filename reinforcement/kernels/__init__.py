@@ -1,0 +1,1 @@
+"""C++ kernels of the reinforcement kit (built from kernels/src/*.cpp)."""

@@ -1,0 +1,355 @@
+"""Monte-Carlo tree search: UCT or PUCT, two-player (negamax) or single-player, virtual loss, subtree
+reuse and a batched leaf evaluator; the tree runs in C++ (`kernels/src/mcts.cpp`).
+
+    search = MCTS("tictactoe", selection="uct", seed=0)          # random playouts, c = sqrt(2)
+    search.run(10_000)
+    move = search.best_move()                                    # the most visited child
+    search.advance(move)                                         # keep the subtree under `move`
+
+    search = MCTS("connect4", selection="puct", evaluator=net_fn, batch_size=8, c=1.5)
+    # net_fn(obs (B, obs_size) float32) -> (priors (B, num_actions), values (B,)), the value seen by
+    # the player to move; virtual loss spreads the B leaves of one call over the tree.
+
+Games: "tictactoe" and "connect4" are written natively; any `Game` subclass (Python) works through the
+same tree (its methods are called from C++). Values are in [-1, 1] for the player who made the move
+into a node; UCT scores (1 + Q) / 2 + c sqrt(ln N / n) (rewards in [0, 1], Kocsis & Szepesvari),
+PUCT scores Q + c P sqrt(N) / (1 + n) (AlphaZero). Ties go to the first child in move order.
+
+When the extension is not built, `PythonSearch` (the same algorithm in Python, also the test
+reference) runs instead.
+"""
+import abc
+import functools
+import math
+
+import numpy as np
+
+from mstrain.errors import ConfigError
+from mstrain.kernels import native_module
+
+__all__ = ["Game", "TicTacToe", "ConnectFour", "MCTS", "PythonSearch", "GAMES", "tictactoe_minimax", "minimax_move",
+           "play_vs_minimax"]
+
+
+class Game(abc.ABC):
+    """A game for MCTS, written in Python: define `num_actions`, `initial`, `legal_moves`, `play`,
+    `terminal_value` (and `encode` to use an evaluator). States are any Python objects, treated as
+    immutable."""
+    num_actions = 0
+
+    @abc.abstractmethod
+    def initial(self):
+        """The state the search starts from."""
+
+    @abc.abstractmethod
+    def legal_moves(self, state):
+        """Move ids (0 .. num_actions-1) playable in `state`."""
+
+    @abc.abstractmethod
+    def play(self, state, move):
+        """The state after `move` (a new object)."""
+
+    @abc.abstractmethod
+    def terminal_value(self, state):
+        """None while the game goes on, else the result for the player who just moved (1 win, 0 draw,
+        -1 loss; any value in [-1, 1] for single-player games)."""
+
+    def encode(self, state):
+        """A float32 vector of the state for an evaluator."""
+        raise TypeError(f"{type(self).__name__} defines no encode(state): an evaluator needs one")
+
+
+class TicTacToe(Game):
+    """Cells 0..8 row by row; a state is (bits of the player to move, bits of the other, plies)."""
+    num_actions = 9
+    LINES = (0x007, 0x038, 0x1C0, 0x049, 0x092, 0x124, 0x111, 0x054)
+
+    def initial(self):
+        return (0, 0, 0)
+
+    def legal_moves(self, state):
+        occupied = state[0] | state[1]
+        return [c for c in range(9) if not occupied >> c & 1]
+
+    def play(self, state, move):
+        return (state[1], state[0] | 1 << move, state[2] + 1)
+
+    def terminal_value(self, state):
+        if any(state[1] & line == line for line in self.LINES):
+            return 1.0
+        return 0.0 if state[0] | state[1] == 0x1FF else None
+
+    def encode(self, state):
+        return np.array([state[0] >> c & 1 for c in range(9)] + [state[1] >> c & 1 for c in range(9)], np.float32)
+
+
+class ConnectFour(Game):
+    """7 columns x 6 rows, column-major bitboards with a sentinel bit per column (bit 7 * col + row)."""
+    num_actions = 7
+
+    def initial(self):
+        return (0, 0, 0)
+
+    def legal_moves(self, state):
+        occupied = state[0] | state[1]
+        return [c for c in range(7) if not occupied & 1 << (7 * c + 5)]
+
+    def play(self, state, column):
+        occupied = state[0] | state[1]
+        stone = (occupied + (1 << 7 * column)) & (0x3F << 7 * column)
+        return (state[1], state[0] | stone, state[2] + 1)
+
+    @staticmethod
+    def _four(board):
+        for shift in (1, 7, 6, 8):
+            pairs = board & board >> shift
+            if pairs & pairs >> 2 * shift:
+                return True
+        return False
+
+    def terminal_value(self, state):
+        if self._four(state[1]):
+            return 1.0
+        return 0.0 if state[2] == 42 else None
+
+    def encode(self, state):
+        bits = [7 * c + r for c in range(7) for r in range(6)]
+        return np.array([state[0] >> b & 1 for b in bits] + [state[1] >> b & 1 for b in bits], np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def tictactoe_minimax(state):
+    """Exact value of a tic-tac-toe `state` for the player to move: +1 win, 0 draw, -1 loss."""
+    game = TicTacToe()
+    if game.terminal_value(state) is not None:
+        return -game.terminal_value(state)
+    return max(-tictactoe_minimax(game.play(state, m)) for m in game.legal_moves(state))
+
+
+def minimax_move(state, rng):
+    """A perfect tic-tac-toe move, chosen at random among the optimal ones (`rng`: numpy Generator)."""
+    game = TicTacToe()
+    values = {m: -tictactoe_minimax(game.play(state, m)) for m in game.legal_moves(state)}
+    best = max(values.values())
+    return int(rng.choice([m for m, v in values.items() if v == best]))
+
+
+def play_vs_minimax(games, simulations, seed=0, native=True):
+    """UCT (`simulations` per move, the tree kept between moves) against perfect play, the sides
+    taking turns to start; returns {"uct_wins", "draws", "uct_losses"}."""
+    rng, game, results = np.random.default_rng(seed), TicTacToe(), {"uct_wins": 0, "draws": 0, "uct_losses": 0}
+    for index in range(games):
+        search = MCTS("tictactoe", seed=int(rng.integers(1 << 30)), native=native)
+        state, uct_to_move = game.initial(), index % 2 == 0
+        while game.terminal_value(state) is None:
+            move = search.run(simulations).best_move() if uct_to_move else minimax_move(state, rng)
+            search.advance(move)
+            state = game.play(state, move)
+            uct_to_move = not uct_to_move
+        if game.terminal_value(state) == 0.0:
+            results["draws"] += 1
+        else:  # the player who moved last won
+            results["uct_losses" if uct_to_move else "uct_wins"] += 1
+    return results
+
+
+GAMES = {"tictactoe": TicTacToe, "connect4": ConnectFour}
+_NATIVE_CLASSES = {"tictactoe": "TicTacToeSearch", "connect4": "ConnectFourSearch"}
+
+
+class MCTS:
+    """One search tree over `game` (a name of GAMES or a `Game` instance); see the module docstring."""
+
+    def __init__(self, game="tictactoe", selection="uct", c=None, two_player=True, virtual_loss=1, batch_size=1,
+                 seed=0, evaluator=None, native=True):
+        if selection not in ("uct", "puct"):
+            raise ConfigError(f"selection must be 'uct' or 'puct', got {selection!r}", key="selection")
+        if selection == "puct" and evaluator is None:
+            raise ConfigError("puct selection needs an evaluator (it gives the priors)", key="evaluator")
+        if isinstance(game, str) and game not in GAMES:
+            raise ConfigError(f"unknown game {game!r}; known: {', '.join(GAMES)} (or pass a Game)", key="game")
+        self.game = GAMES[game]() if isinstance(game, str) else game
+        c = (math.sqrt(2) if selection == "uct" else 1.5) if c is None else float(c)
+        wrapped = None if evaluator is None else _stacked(evaluator)
+        module = native_module("mstrain.reinforcement", "mcts") if native else None
+        args = dict(selection=selection, c=c, two_player=bool(two_player), virtual_loss=int(virtual_loss),
+                    batch_size=int(batch_size), seed=int(seed), evaluator=wrapped)
+        if module is None:
+            self._tree = PythonSearch(self.game, **args)
+        elif isinstance(game, str):
+            self._tree = getattr(module, _NATIVE_CLASSES[game])(None, **args)
+        else:
+            self._tree = module.PyGameSearch(self.game, **args)
+        self.native = module is not None
+
+    def run(self, simulations):
+        """Run `simulations` simulations from the root (added to those already in the tree)."""
+        self._tree.run(int(simulations))
+        return self
+
+    def best_move(self):
+        return self._tree.best_move()
+
+    def advance(self, move):
+        """Make the child of `move` the root, keeping its subtree."""
+        self._tree.advance(int(move))
+
+    def root_stats(self):
+        """{moves, visits, values, priors, root_visits} of the root's children."""
+        return self._tree.root_stats()
+
+    def visit_counts(self):
+        """Visits per action id (num_actions,), 0 for illegal moves."""
+        stats, counts = self.root_stats(), np.zeros(self.game.num_actions, np.int64)
+        counts[stats["moves"]] = stats["visits"]
+        return counts
+
+    def root_state(self):
+        return self._tree.root_state()
+
+    def __len__(self):
+        return self._tree.size()
+
+
+def _stacked(evaluator):
+    """The user's evaluator on one (B, obs) float32 array instead of a list of encodings."""
+    def call(batch):
+        priors, values = evaluator(np.stack(batch).astype(np.float32))
+        return np.asarray(priors, np.float32), np.asarray(values, np.float32).reshape(-1)
+    return call
+
+
+class _Node:
+    __slots__ = ("parent", "move", "children", "visits", "virtual", "value_sum", "prior", "terminal", "state",
+                 "expanded")
+
+    def __init__(self, parent, move, state, terminal, prior=1.0):
+        self.parent, self.move, self.state, self.terminal, self.prior = parent, move, state, terminal, prior
+        self.children, self.visits, self.virtual, self.value_sum, self.expanded = [], 0, 0, 0.0, False
+
+
+class PythonSearch:
+    """The C++ tree's algorithm in Python, step for step (the fallback and the test reference)."""
+
+    def __init__(self, game, selection, c, two_player, virtual_loss, batch_size, seed, evaluator):
+        self.game, self.puct, self.c = game, selection == "puct", c
+        self.two_player, self.virtual_loss, self.batch = two_player, virtual_loss, max(1, batch_size)
+        self.rng, self.evaluator = np.random.default_rng(seed), evaluator
+        self.root = self._node(None, -1, game.initial())
+
+    def _node(self, parent, move, state, prior=1.0):
+        return _Node(parent, move, state, self.game.terminal_value(state), prior)
+
+    def run(self, simulations):
+        if self.root.terminal is not None:
+            raise RuntimeError("search from a finished game")
+        done = 0
+        while done < simulations:
+            leaves = []
+            for _ in range(min(self.batch, simulations - done)):
+                leaf = self._descend()
+                leaves.append(leaf)
+                self._add_virtual(leaf, 1)
+            values = self._evaluate(leaves)
+            for leaf, value in zip(leaves, values):
+                self._add_virtual(leaf, -1)
+                self._backup(leaf, value)
+            done += len(leaves)
+
+    def _score(self, parent, child):
+        n = child.visits + child.virtual
+        w = child.value_sum - self.virtual_loss * child.virtual
+        parent_n = parent.visits + parent.virtual
+        if self.puct:
+            return (w / n if n else 0.0) + self.c * child.prior * math.sqrt(parent_n) / (1 + n)
+        if n == 0:
+            return math.inf
+        return 0.5 * (1 + w / n) + self.c * math.sqrt(math.log(max(parent_n, 1)) / n)
+
+    def _descend(self):
+        node = self.root
+        while node.expanded and node.terminal is None and node.children:
+            node = max(node.children, key=lambda ch: self._score(node, ch))  # first of equal scores
+        return node
+
+    def _add_virtual(self, node, delta):
+        while node is not None:
+            node.virtual += delta
+            node = node.parent
+
+    def _expand(self, node, priors):
+        if node.expanded:
+            return
+        node.expanded = True
+        moves = self.game.legal_moves(node.state)
+        total = sum(priors[m] for m in moves) if priors is not None else 0.0
+        for m in moves:
+            prior = 1.0 if priors is None else (priors[m] / total if total > 0 else 1.0 / len(moves))
+            node.children.append(self._node(node, m, self.game.play(node.state, m), prior))
+
+    def _playout(self, state):
+        sign = 1.0
+        while True:
+            value = self.game.terminal_value(state)
+            if value is not None:
+                return sign * value
+            moves = self.game.legal_moves(state)
+            state = self.game.play(state, moves[self.rng.integers(len(moves))])
+            sign = -sign if self.two_player else sign
+
+    def _evaluate(self, leaves):
+        values = [leaf.terminal for leaf in leaves]
+        open_ = [i for i, leaf in enumerate(leaves) if leaf.terminal is None]
+        if not open_:
+            return values
+        if self.evaluator is None:
+            for i in open_:
+                self._expand(leaves[i], None)
+                values[i] = self._playout(leaves[i].state)
+            return values
+        priors, leaf_values = self.evaluator([self.game.encode(leaves[i].state) for i in open_])
+        for k, i in enumerate(open_):
+            self._expand(leaves[i], priors[k])
+            values[i] = -float(leaf_values[k]) if self.two_player else float(leaf_values[k])
+        return values
+
+    def _backup(self, node, value):
+        while node is not None:
+            node.visits += 1
+            node.value_sum += value
+            value = -value if self.two_player else value
+            node = node.parent
+
+    def advance(self, move):
+        if not self.root.expanded:
+            if move not in self.game.legal_moves(self.root.state):
+                raise ValueError(f"advance: move {move} is not legal here")
+            self.root = self._node(None, -1, self.game.play(self.root.state, move))
+            return
+        for child in self.root.children:
+            if child.move == move:
+                child.parent, self.root = None, child
+                return
+        raise ValueError(f"advance: move {move} is not legal here")
+
+    def best_move(self):
+        if not self.root.children:
+            raise RuntimeError("best_move: run a search first")
+        return max(self.root.children, key=lambda ch: ch.visits).move
+
+    def root_stats(self):
+        kids = self.root.children
+        return {"moves": [ch.move for ch in kids], "visits": [ch.visits for ch in kids],
+                "values": [ch.value_sum / ch.visits if ch.visits else 0.0 for ch in kids],
+                "priors": [ch.prior for ch in kids], "root_visits": self.root.visits}
+
+    def root_state(self):
+        return self.root.state
+
+    def size(self):
+        count, stack = 0, [self.root]
+        while stack:
+            node = stack.pop()
+            count += 1
+            stack.extend(node.children)
+        return count
