@@ -1,0 +1,142 @@
+"""Wide&Deep (Cheng et al., 2016) as in the MindSpore model zoo.
+
+    logit = sum_f wide_w[ids_f] + sum_b wide_w[dense_ids_b] + dense @ w + b     (wide)
+          + MLP(concat(embedding[ids_f] for the 26 fields, dense))             (deep)
+
+The wide part is a linear model over every id (one scalar weight per table row, the hashed
+categoricals and, when present, the binned integer fields) and the 13 dense values; the deep part
+embeds the 26 categorical ids (dim 16 by default) and runs the 429 -> 256 -> 128 -> 64 -> 1 MLP.
+`WideDeepTrainStep` takes one gradient of BCE-with-logits (plus L2 on the looked-up rows and the
+deep weights, as the zoo's loss) and applies two optimizers: FTRL to the wide parameters, Adam or
+LazyAdam to the deep ones (the zoo's TrainStepWrap).
+"""
+import numpy as np
+
+import mstrain as ms
+from mstrain import Tensor, nn, ops
+from mstrain.common.initializer import Normal
+from mstrain.nn.wrap import make_grad_reducer
+
+__all__ = ["WideDeep", "WideDeepWithLoss", "WideDeepTrainStep", "wide_deep_optimizers"]
+
+
+class WideDeep(nn.Cell):
+    """Wide&Deep over one id space of `num_rows` rows (see the module doc).
+
+    construct(dense (B, 13) float32, ids (B, F) int32[, dense_ids (B, D) int32]) -> logits (B,).
+    """
+
+    def __init__(self, num_rows, num_fields=26, num_dense=13, embed_dim=16, hidden=(256, 128, 64),
+                 dropout=0.0, init_std=0.01):
+        super().__init__()
+        self.num_fields, self.num_dense, self.embed_dim = num_fields, num_dense, embed_dim
+        self.embedding = nn.Embedding(num_rows, embed_dim, embedding_table=Normal(init_std))
+        self.wide_weight = nn.Embedding(num_rows, 1, embedding_table="zeros")
+        self.wide_dense = nn.Dense(num_dense, 1, weight_init="zeros", bias_init="zeros")
+        sizes = (num_fields * embed_dim + num_dense,) + tuple(hidden)
+        layers = []
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Dense(fan_in, fan_out), nn.ReLU()]
+            if dropout:
+                layers.append(nn.Dropout(p=dropout))
+        layers.append(nn.Dense(sizes[-1], 1))
+        self.deep = nn.SequentialCell(layers)
+
+    def wide_params(self):
+        return [self.wide_weight.embedding_table] + list(self.wide_dense.trainable_params())
+
+    def deep_params(self):
+        return [self.embedding.embedding_table] + list(self.deep.trainable_params())
+
+    def wide_logit(self, dense, ids, dense_ids=None):
+        wide_ids = ids if dense_ids is None else ops.concat((ids, dense_ids), axis=1)
+        weights = ops.reshape(self.wide_weight(wide_ids), wide_ids.shape)
+        return ops.sum(weights, 1) + ops.reshape(self.wide_dense(dense), (-1,))
+
+    def construct(self, dense, ids, dense_ids=None):
+        vectors = ops.reshape(self.embedding(ids), (ids.shape[0], self.num_fields * self.embed_dim))
+        deep = ops.reshape(self.deep(ops.concat((vectors, dense), axis=1)), (-1,))
+        return deep + self.wide_logit(dense, ids, dense_ids)
+
+
+class WideDeepWithLoss(nn.Cell):
+    """Mean BCE-with-logits plus the zoo's L2: `l2_wide` on the wide weights of the looked-up ids,
+    `l2_deep` on the looked-up embedding rows and the MLP weights (only touched rows are
+    penalised, so the gradient stays on the batch's rows)."""
+
+    def __init__(self, network, l2_wide=0.0, l2_deep=0.0):
+        super().__init__()
+        self.network = network
+        self.l2_wide, self.l2_deep = float(l2_wide), float(l2_deep)
+        self.loss = nn.BCEWithLogitsLoss(reduction="mean")
+
+    def _penalty(self, ids, dense_ids):
+        net, total = self.network, 0.0
+        if self.l2_wide:
+            wide_ids = ids if dense_ids is None else ops.concat((ids, dense_ids), axis=1)
+            total = total + self.l2_wide * ops.sum(ops.square(net.wide_weight(wide_ids))) / ids.shape[0]
+        if self.l2_deep:
+            rows = ops.sum(ops.square(net.embedding(ids))) / ids.shape[0]
+            dense = sum(ops.sum(ops.square(p)) for p in net.deep.trainable_params() if p.ndim == 2)
+            total = total + self.l2_deep * (rows + dense)
+        return total
+
+    def construct(self, dense, ids, *rest):
+        dense_ids, label = rest if len(rest) == 2 else (None, rest[0])
+        logits = self.network(dense, ids, dense_ids)
+        loss = self.loss(logits, label)
+        if self.l2_wide or self.l2_deep:
+            loss = loss + self._penalty(ids, dense_ids)
+        return loss
+
+
+def wide_deep_optimizers(network, wide_lr=0.05, wide_l1=1e-8, wide_l2=1e-8, wide_initial_accum=1.0,
+                         deep_optimizer="lazy_adam", deep_lr=1e-3, eps=1e-8):
+    """(FTRL over the wide parameters, Adam or LazyAdam over the deep ones), the zoo's pairing."""
+    wide = nn.FTRL(network.wide_params(), initial_accum=wide_initial_accum, learning_rate=wide_lr,
+                   l1=wide_l1, l2=wide_l2)
+    kind = {"adam": nn.Adam, "lazy_adam": nn.LazyAdam}[deep_optimizer]
+    return wide, kind(network.deep_params(), learning_rate=deep_lr, eps=eps)
+
+
+class WideDeepTrainStep(nn.Cell):
+    """One step: loss and the gradients of every parameter in one backward pass, reduced over
+    data-parallel ranks, then the wide optimizer on the wide part and the deep one on the rest."""
+
+    def __init__(self, loss_network, wide_optimizer, deep_optimizer):
+        super().__init__(auto_prefix=False)
+        self.loss_network = loss_network
+        self.loss_network.set_grad()
+        self.wide_optimizer, self.deep_optimizer = wide_optimizer, deep_optimizer
+        self.weights = tuple(wide_optimizer.parameters) + tuple(deep_optimizer.parameters)
+        self._split = len(wide_optimizer.parameters)
+        self.grad_reducer = make_grad_reducer(self.weights)
+        self._grad_fn = ms.value_and_grad(self.loss_network, None, self.weights)
+
+    def construct(self, *inputs):
+        """inputs: dense, ids[, dense_ids], label (the columns of the record files)."""
+        loss, grads = self._grad_fn(*inputs)
+        grads = self.grad_reducer(grads)
+        self.wide_optimizer(grads[:self._split])
+        self.deep_optimizer(grads[self._split:])
+        return loss
+
+
+def predict_logits(network, dense, ids, dense_ids=None, batch_size=4096):
+    """Logits of whole numpy arrays, in evaluation mode, batch by batch (numpy float32 (N,))."""
+    network.set_train(False)
+    out = []
+    with ms.no_grad():
+        for start in range(0, len(dense), batch_size):
+            rows = slice(start, start + batch_size)
+            args = [Tensor(dense[rows]), Tensor(ids[rows])]
+            if dense_ids is not None:
+                args.append(Tensor(dense_ids[rows]))
+            out.append(network(*args).asnumpy())
+    network.set_train(True)
+    return np.concatenate(out).astype(np.float32)
+
+
+def parameter_count(network):
+    return sum(int(np.prod(p.shape)) for p in network.trainable_params())
+
