@@ -22,7 +22,7 @@ from .jit import jit, jit_compile_count, mutable
 
 # ---- networks, data, training ---------------------------------------------------------------------
 from . import common
-from .common import ParameterTuple
+from .common import ParameterTuple, RowTensor
 from . import nn
 from . import dataset
 from . import mindrecord
@@ -45,7 +45,7 @@ __all__ = [
     # graph mode
     "GRAPH_MODE", "PYNATIVE_MODE", "set_context", "get_context", "jit", "mutable", "jit_compile_count",
     # networks, data, training
-    "nn", "common", "ParameterTuple", "dataset", "mindrecord",
+    "nn", "common", "ParameterTuple", "RowTensor", "dataset", "mindrecord",
     "train", "Model", "save_checkpoint", "load_checkpoint", "load_param_into_net", "amp",
     "auto_mixed_precision", "build_train_network", "LossScaleManager", "FixedLossScaleManager",
     "DynamicLossScaleManager",

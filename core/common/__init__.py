@@ -1,5 +1,6 @@
-"""MindSpore's `mindspore.common`: initializers (`mstrain.common.initializer`) and `ParameterTuple`."""
+"""MindSpore's `mindspore.common`: initializers (`mstrain.common.initializer`) `ParameterTuple` and `RowTensor`."""
 from . import initializer
 from .parameter import ParameterTuple
+from .row_tensor import RowTensor
 
-__all__ = ["initializer", "ParameterTuple"]
+__all__ = ["initializer", "ParameterTuple", "RowTensor"]

@@ -5,6 +5,7 @@ from .activation import (
     get_activation,
 )
 from .layers import Dense, Dropout, Embedding, LayerNorm
+from .embedding_lookup import EmbeddingLookup
 from .container import CellDict, CellList, SequentialCell
 from .loss import (
     BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, LossBase, MSELoss, NLLLoss, SmoothL1Loss,
@@ -19,7 +20,7 @@ from .optim import learning_rate_schedule, dynamic_lr  # noqa: F401
 
 __all__ = [
     "Cell", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "ELU", "LeakyReLU", "SiLU",
-    "Softplus", "Flatten", "Identity", "get_activation", "Dense", "Dropout", "Embedding", "LayerNorm",
+    "Softplus", "Flatten", "Identity", "get_activation", "Dense", "Dropout", "Embedding", "EmbeddingLookup", "LayerNorm",
     "SequentialCell", "CellList", "CellDict", "LossBase", "SoftmaxCrossEntropyWithLogits",
     "BCEWithLogitsLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "NLLLoss", "CrossEntropyLoss",
     "WithLossCell", "WithEvalCell", "TrainOneStepCell", "TrainOneStepWithLossScaleCell",
