@@ -4,6 +4,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...ops.primitive import apply, defop
+from ._row_kernels import row_view
 from .optimizer import Optimizer
 
 __all__ = ["FTRL"]
@@ -50,14 +51,32 @@ def apply_ftrl(param, accum, linear, grad, lr, enabled=None, l1=0.0, l2=0.0, lr_
     return param
 
 
+@defop("optim_apply_ftrl_rows", differentiable=False, mutates=(0, 1, 2),
+       attrs=("l1", "l2", "lr_power", "weight_decay", "grad_scale"))
+def apply_ftrl_rows(param, accum, linear, indices, values, lr, enabled=None, l1=0.0, l2=0.0, lr_power=-0.5,
+                    weight_decay=0.0, grad_scale=1.0):
+    """FTRL on rows `indices` of a RowTensor gradient (values: those rows' gradients). In place."""
+    if (enabled is not None and not bool(enabled)) or indices.size == 0:
+        return param
+    p2, a2, l2d = row_view(param), row_view(accum), row_view(linear)
+    g = values.reshape(indices.size, -1).astype(np.float32) * grad_scale
+    if weight_decay:
+        g = g + weight_decay * p2[indices]
+    var, acc, lin = ftrl_rows_reference(p2[indices], a2[indices], l2d[indices], g, float(lr), l1, l2, lr_power)
+    p2[indices], a2[indices], l2d[indices] = var, acc, lin
+    return param
+
+
 class FTRL(Optimizer):
     """FTRL-Proximal as MindSpore's `nn.FTRL`: per-coordinate learning rates from the accumulated
     squared gradients, L1 that makes weights exactly zero, L2. States `accum.<name>` (starts at
     `initial_accum`) and `linear.<name>` (zeros). Only rows with a non-zero gradient are updated, so
-    an embedding-shaped weight table is trained lazily, as with sparse gradients.
+    an embedding-shaped weight table is trained lazily, as with sparse gradients; a RowTensor
+    gradient updates exactly its rows.
     """
 
     supports_enabled = True
+    supports_row_tensor = True
 
     def __init__(self, params, initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0,
                  use_locking=False, loss_scale=1.0, weight_decay=0.0):
@@ -78,4 +97,7 @@ class FTRL(Optimizer):
 
     def _update(self, grads, lrs, step, attrs):
         for p, a, lin, g, lr, at in zip(self._parameters, self.accum, self.linear, grads, lrs, attrs):
-            apply(apply_ftrl, p, a, lin, g, lr, *self._enabled_inputs, **at)
+            if self.is_row_gradient(g):
+                apply(apply_ftrl_rows, p, a, lin, g.indices, g.values, lr, *self._enabled_inputs, **at)
+            else:
+                apply(apply_ftrl, p, a, lin, g, lr, *self._enabled_inputs, **at)
