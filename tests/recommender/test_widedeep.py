@@ -65,6 +65,27 @@ def test_train_step_updates_only_touched_rows_and_lowers_the_loss():
     assert np.all(wide[~wide_touched] == 0.0) and np.count_nonzero(wide[wide_touched]) > 0
 
 
+def test_table_gradients_are_row_tensors_of_the_batch_rows():
+    ms.set_seed(3)
+    rng = np.random.default_rng(3)
+    net = WideDeep(300, hidden=(8,))
+    loss = WideDeepWithLoss(net)
+    dense, ids, dense_ids, label = _batch(rng, 300)
+    tables = [net.embedding.embedding_table, net.wide_weight.embedding_table]
+    _, grads = ms.value_and_grad(loss, None, tables)(Tensor(dense), Tensor(ids), Tensor(dense_ids), Tensor(label))
+    assert all(isinstance(g, ms.RowTensor) for g in grads)
+    np.testing.assert_array_equal(grads[0].indices.asnumpy(), np.unique(ids))
+    np.testing.assert_array_equal(grads[1].indices.asnumpy(), np.unique(np.r_[ids.ravel(), dense_ids.ravel()]))
+    dense_net = WideDeep(300, hidden=(8,), sparse=False)
+    for mine, theirs in zip(dense_net.trainable_params(), net.trainable_params()):
+        mine.set_data(Tensor(theirs.asnumpy()))
+    dense_tables = [dense_net.embedding.embedding_table, dense_net.wide_weight.embedding_table]
+    _, dense_grads = ms.value_and_grad(WideDeepWithLoss(dense_net), None, dense_tables)(
+        Tensor(dense), Tensor(ids), Tensor(dense_ids), Tensor(label))
+    for sparse_grad, dense_grad in zip(grads, dense_grads):
+        np.testing.assert_allclose(sparse_grad.to_dense().asnumpy(), dense_grad.asnumpy(), rtol=1e-5, atol=1e-8)
+
+
 def test_roc_curve_area_is_the_auc_and_logloss_is_bce():
     rng = np.random.default_rng(2)
     labels = (rng.random(300) < 0.3).astype(np.float32)
