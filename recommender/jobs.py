@@ -11,7 +11,7 @@ curve of the last epoch). The job returns the final test AUC and logloss.
 import os
 import time
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from mstrain.train.metrics import AUC
 
 from .criteo import load_vocab, preprocess_criteo
 from .roc import log_loss, plot_roc, roc_curve
+from .store import EmbeddingCacheMonitor
 from .widedeep import (WideDeep, WideDeepTrainStep, WideDeepWithLoss, parameter_count, predict_logits,
                        wide_deep_optimizers)
 
@@ -56,6 +57,11 @@ class WideDeepModelConfig:
     init_std: float = option(0.01, "standard deviation of the initial embeddings", low=0.0)
     l2_wide: float = option(0.0, "L2 on the wide weights of the batch's ids", low=0.0)
     l2_deep: float = option(0.0, "L2 on the batch's embedding rows and the MLP weights", low=0.0)
+    vocab_cache_size: int = option(0, "rows of each table in the hot-row cache the step trains (0: whole tables "
+                                   "in the step; else >= a batch's distinct ids, tables kept in the store)", low=0)
+    cache_policy: str = option("lru", "eviction of the hot-row cache", choices=("lru", "lfu"))
+    disk_dir: Optional[str] = option(None, "keep the cached tables and their optimizer state in memory-mapped "
+                                     "files here (level 3) instead of host memory")
 
 
 @dataclass
@@ -145,7 +151,9 @@ def train_widedeep(cfg):
     test_records = RecordSet(os.path.join(records, "test.mindrecord"))
     test = test_records.gather(np.arange(test_records.num_rows), columns, as_numpy=True)
     net = WideDeep(vocab["num_rows"], embed_dim=cfg.model.embed_dim, hidden=tuple(cfg.model.hidden),
-                   dropout=cfg.model.dropout, init_std=cfg.model.init_std)
+                   dropout=cfg.model.dropout, init_std=cfg.model.init_std,
+                   vocab_cache_size=min(cfg.model.vocab_cache_size, vocab["num_rows"]),
+                   cache_policy=cfg.model.cache_policy, disk_dir=cfg.model.disk_dir)
     opt = cfg.optimizer
     wide_opt, deep_opt = wide_deep_optimizers(net, wide_lr=opt.wide_lr, wide_l1=opt.wide_l1, wide_l2=opt.wide_l2,
                                               wide_initial_accum=opt.wide_initial_accum, deep_optimizer=opt.deep,
@@ -153,13 +161,16 @@ def train_widedeep(cfg):
     step = WideDeepTrainStep(WideDeepWithLoss(net, cfg.model.l2_wide, cfg.model.l2_deep), wide_opt, deep_opt)
     history = []
     evaluate = EvaluateEachEpoch(net, test, history)
+    cache_monitor = EmbeddingCacheMonitor(net.cached_tables())
     start = time.perf_counter()
-    Model(step).train(cfg.train.epochs, train_set, callbacks=[evaluate])
+    Model(step).train(cfg.train.epochs, train_set, callbacks=[evaluate, cache_monitor])
     seconds = time.perf_counter() - start
-    return _write_outputs(cfg, vocab, history, test["label"], evaluate.last_logits, net, seconds)
+    summary = _write_outputs(cfg, vocab, history, test["label"], evaluate.last_logits, net, seconds,
+                             cache_monitor.report())
+    return summary
 
 
-def _write_outputs(cfg, vocab, history, labels, logits, net, seconds):
+def _write_outputs(cfg, vocab, history, labels, logits, net, seconds, cache_statistics):
     out = cfg.train.output_dir
     os.makedirs(out, exist_ok=True)
     fpr, tpr = roc_curve(labels, logits)
@@ -169,6 +180,8 @@ def _write_outputs(cfg, vocab, history, labels, logits, net, seconds):
                "train_rows": vocab["train_rows"], "test_rows": vocab["test_rows"], "table_rows": vocab["num_rows"],
                "parameters": parameter_count(net), "train_seconds": round(seconds, 2),
                "samples_per_s": round(vocab["train_rows"] * len(history) / seconds, 1), "output_dir": out}
+    if cache_statistics:
+        summary["embedding_cache"] = cache_statistics
     write_json_atomically(os.path.join(out, "history.json"), history)
     write_json_atomically(os.path.join(out, "summary.json"), summary)
     get_logger("recommender").info("widedeep: test AUC %.4f, logloss %.4f after %d epoch(s); ROC curve in %s",

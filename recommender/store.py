@@ -24,8 +24,10 @@ import numpy as np
 from mstrain import Parameter, Tensor, nn, ops
 from mstrain.common.initializer import initializer
 from mstrain.errors import ConfigError
+from mstrain.log import get_logger
+from mstrain.train.callback import Callback
 
-__all__ = ["RowStore", "CachedEmbeddingLookup", "CacheStatistics"]
+__all__ = ["RowStore", "CachedEmbeddingLookup", "CacheStatistics", "EmbeddingCacheMonitor"]
 
 _INIT_CHUNK_ROWS = 1 << 20
 
@@ -120,6 +122,10 @@ class CachedEmbeddingLookup(nn.Cell):
     def attach_optimizer(self, optimizer):
         """Move `optimizer`'s per-row state of the cache (moments, accumulators) with the rows.
         Call once, before the first step, with the optimizer that trains `embedding_table`."""
+        if not optimizer.supports_row_tensor:
+            raise ConfigError(f"the embedding cache needs an optimizer that updates only the rows it is given "
+                              f"(LazyAdam, FTRL, Adagrad, SGD without momentum), not {type(optimizer).__name__}",
+                              key="optimizer")
         suffix = "." + self.embedding_table.name
         for name, param in optimizer.parameters_and_names():
             if param is self.embedding_table or not param.name.endswith(suffix):
@@ -192,8 +198,23 @@ class CachedEmbeddingLookup(nn.Cell):
         return out.reshape(ids.shape)
 
     def construct(self, ids):
-        slots = self.make_resident(ids.asnumpy() if isinstance(ids, Tensor) else ids)
-        return ops.sparse_embedding_lookup(self.embedding_table, Tensor(slots))
+        ids = ids.asnumpy() if isinstance(ids, Tensor) else np.asarray(ids)
+        if not getattr(self, "training", False) and np.unique(ids).size > self.capacity:
+            return Tensor(self.read_rows(ids))  # evaluation of a batch larger than the cache
+        return ops.sparse_embedding_lookup(self.embedding_table, Tensor(self.make_resident(ids)))
+
+    def read_rows(self, ids):
+        """Current rows of `ids` (zero rows outside the table) without caching them (no gradient):
+        evaluation batches may hold more distinct ids than the cache."""
+        flat = np.asarray(ids).reshape(-1).astype(np.int64)
+        inside = (flat >= 0) & (flat < self.vocab_size)
+        out = np.zeros((flat.size, self.embedding_size), np.float32)
+        out[inside] = self.store.tables["values"][flat[inside]]
+        slots = np.full(flat.size, -1, np.int64)
+        slots[inside] = self.slot_of[flat[inside]]
+        cached = slots >= 0
+        out[cached] = self.embedding_table.asnumpy()[slots[cached]]
+        return out.reshape(np.shape(ids) + (self.embedding_size,))
 
     # -- the whole table ------------------------------------------------------------------------
     def flush(self):
@@ -212,3 +233,33 @@ class CachedEmbeddingLookup(nn.Cell):
         level = "disk" if self.store.disk_dir else "host"
         return (f"vocab_size={self.vocab_size}, embedding_size={self.embedding_size}, "
                 f"vocab_cache_size={self.capacity}, cache_policy={self.cache_policy}, store={level}")
+
+
+class EmbeddingCacheMonitor(Callback):
+    """Logs, every `per_epochs` epochs, each cached table's hit rate, rows swapped in and out and
+    bytes moved since the previous report; `history` keeps one dict of totals per report."""
+
+    def __init__(self, tables, per_epochs=1):
+        super().__init__()
+        self.tables, self.per_epochs = dict(tables), int(per_epochs)
+        self.history = []
+
+    def report(self):
+        return {name: cell.statistics.as_dict() for name, cell in self.tables.items()}
+
+    def on_train_epoch_end(self, run_context):
+        epoch = run_context.original_args().cur_epoch_num
+        if not self.tables or epoch % self.per_epochs:
+            return
+        totals = self.report()
+        previous = self.history[-1]["tables"] if self.history else {}
+        for name, now in totals.items():
+            before = previous.get(name, {})
+            hits = now["hits"] - before.get("hits", 0)
+            misses = now["misses"] - before.get("misses", 0)
+            get_logger("recommender").info(
+                "epoch %d embedding cache %s: hit rate %.3f, rows in %d, out %d, %.1f MB moved", epoch, name,
+                hits / max(hits + misses, 1), now["rows_in"] - before.get("rows_in", 0),
+                now["rows_out"] - before.get("rows_out", 0),
+                (now["bytes_moved"] - before.get("bytes_moved", 0)) / 1e6)
+        self.history.append({"epoch": epoch, "tables": totals})

@@ -17,7 +17,13 @@ from mstrain import Tensor, nn, ops
 from mstrain.common.initializer import Normal
 from mstrain.nn.wrap import make_grad_reducer
 
+from .store import CachedEmbeddingLookup
+
 __all__ = ["WideDeep", "WideDeepWithLoss", "WideDeepTrainStep", "wide_deep_optimizers"]
+
+
+def _subdir(root, name):
+    return None if root is None else f"{root}/{name}"
 
 
 class WideDeep(nn.Cell):
@@ -29,11 +35,17 @@ class WideDeep(nn.Cell):
     """
 
     def __init__(self, num_rows, num_fields=26, num_dense=13, embed_dim=16, hidden=(256, 128, 64),
-                 dropout=0.0, init_std=0.01, sparse=True):
+                 dropout=0.0, init_std=0.01, sparse=True, vocab_cache_size=0, cache_policy="lru", disk_dir=None):
         super().__init__()
         self.num_fields, self.num_dense, self.embed_dim = num_fields, num_dense, embed_dim
-        self.embedding = nn.EmbeddingLookup(num_rows, embed_dim, param_init=Normal(init_std), sparse=sparse)
-        self.wide_weight = nn.EmbeddingLookup(num_rows, 1, param_init="zeros", sparse=sparse)
+        if vocab_cache_size:
+            self.embedding = CachedEmbeddingLookup(num_rows, embed_dim, vocab_cache_size, Normal(init_std),
+                                                   cache_policy, _subdir(disk_dir, "deep"))
+            self.wide_weight = CachedEmbeddingLookup(num_rows, 1, vocab_cache_size, "zeros", cache_policy,
+                                                     _subdir(disk_dir, "wide"))
+        else:
+            self.embedding = nn.EmbeddingLookup(num_rows, embed_dim, param_init=Normal(init_std), sparse=sparse)
+            self.wide_weight = nn.EmbeddingLookup(num_rows, 1, param_init="zeros", sparse=sparse)
         self.wide_dense = nn.Dense(num_dense, 1, weight_init="zeros", bias_init="zeros")
         sizes = (num_fields * embed_dim + num_dense,) + tuple(hidden)
         layers = []
@@ -43,6 +55,16 @@ class WideDeep(nn.Cell):
                 layers.append(nn.Dropout(p=dropout))
         layers.append(nn.Dense(sizes[-1], 1))
         self.deep = nn.SequentialCell(layers)
+
+    def cached_tables(self):
+        """{name: CachedEmbeddingLookup} of the tables kept in the embedding store (none without a cache)."""
+        return {name: cell for name, cell in (("deep", self.embedding), ("wide", self.wide_weight))
+                if isinstance(cell, CachedEmbeddingLookup)}
+
+    def attach_optimizers(self, wide_optimizer, deep_optimizer):
+        """Let cached tables move their optimizer state with their rows."""
+        for name, cell in self.cached_tables().items():
+            cell.attach_optimizer(wide_optimizer if name == "wide" else deep_optimizer)
 
     def wide_params(self):
         return [self.wide_weight.embedding_table] + list(self.wide_dense.trainable_params())
@@ -98,7 +120,9 @@ def wide_deep_optimizers(network, wide_lr=0.05, wide_l1=1e-8, wide_l2=1e-8, wide
     wide = nn.FTRL(network.wide_params(), initial_accum=wide_initial_accum, learning_rate=wide_lr,
                    l1=wide_l1, l2=wide_l2)
     kind = {"adam": nn.Adam, "lazy_adam": nn.LazyAdam}[deep_optimizer]
-    return wide, kind(network.deep_params(), learning_rate=deep_lr, eps=eps)
+    deep = kind(network.deep_params(), learning_rate=deep_lr, eps=eps)
+    network.attach_optimizers(wide, deep)
+    return wide, deep
 
 
 class WideDeepTrainStep(nn.Cell):
@@ -140,5 +164,9 @@ def predict_logits(network, dense, ids, dense_ids=None, batch_size=4096):
 
 
 def parameter_count(network):
-    return sum(int(np.prod(p.shape)) for p in network.trainable_params())
+    """Trained values, counting every row of the cached tables (not only the cache's)."""
+    count = sum(int(np.prod(p.shape)) for p in network.trainable_params())
+    for cell in network.cached_tables().values():
+        count += (cell.vocab_size - cell.capacity) * cell.embedding_size
+    return count
 

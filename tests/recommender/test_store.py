@@ -83,3 +83,15 @@ def test_capacity_below_a_batch_is_refused():
         cache.make_resident(np.arange(5))
     with pytest.raises(ConfigError, match="vocab_cache_size"):
         CachedEmbeddingLookup(100, 2, vocab_cache_size=0)
+
+
+def test_evaluation_reads_rows_beyond_the_cache_capacity():
+    init = np.random.default_rng(2).normal(size=(ROWS, DIM)).astype(np.float32)
+    cached = CachedEmbeddingLookup(ROWS, DIM, vocab_cache_size=30, param_init=init)
+    _train(cached, OPTIMIZERS["lazy_adam"], 5)
+    cached.set_train(False)
+    everything = np.arange(-1, ROWS + 1)
+    rows = cached(Tensor(everything)).asnumpy()
+    np.testing.assert_array_equal(rows[1:-1], cached.full_table())
+    np.testing.assert_array_equal(rows[[0, -1]], 0.0)
+    assert not np.array_equal(cached.full_table(), init)  # the trained rows are the ones read

@@ -126,3 +126,23 @@ def test_bad_source_exits_2_naming_the_file(mstrain, repo_root, tmp_path, monkey
     code, _, err = mstrain("--config", "widedeep_criteo", f"data.source={tmp_path}/nope.txt",
                            f"data.records_dir={tmp_path}/r", f"train.output_dir={tmp_path}/o")
     assert code == 2 and "nope.txt" in err
+
+
+def test_cached_and_disk_tables_train_the_same_model(mstrain, repo_root, tmp_path, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    common = ("--config", "widedeep_criteo", f"data.records_dir={tmp_path}/records", "train.epochs=1")
+    code, _, err = mstrain(*common, f"train.output_dir={tmp_path}/whole")
+    assert code == 0, err
+    code, _, err = mstrain(*common, f"train.output_dir={tmp_path}/cached", "model.vocab_cache_size=700",
+                           "model.cache_policy=lfu", f"model.disk_dir={tmp_path}/disk")
+    assert code == 0, err
+    whole = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    cached = json.loads((tmp_path / "cached" / "summary.json").read_text())
+    assert cached["test_auc"] == pytest.approx(whole["test_auc"], abs=1e-6)
+    assert cached["parameters"] == whole["parameters"]
+    stats = cached["embedding_cache"]["wide"]
+    assert stats["rows_out"] > 0 and 0 < stats["hit_rate"] < 1
+    assert (tmp_path / "disk" / "deep" / "moment1.f32").exists()
+    code, _, err = mstrain(*common, f"train.output_dir={tmp_path}/adam", "model.vocab_cache_size=700",
+                           "optimizer.deep=adam")
+    assert code == 2 and "not Adam" in err
