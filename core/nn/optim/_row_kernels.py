@@ -8,8 +8,9 @@ optimizers).
 """
 import numpy as np
 
+from ...kernels.rows import lazy_adam_rows as _lazy_adam_rows
 from ...ops.primitive import defop
-from ._kernels import _adam_step, _bias_corrected_lr, _skipped, _update_moments
+from ._kernels import _bias_corrected_lr, _skipped
 
 __all__ = ["apply_lazy_adam_rows", "apply_gradient_descent_rows", "apply_adagrad_rows", "row_view"]
 
@@ -32,17 +33,14 @@ def _rows_grad(values, param_rows, weight_decay, grad_scale):
        attrs=("beta1", "beta2", "eps", "use_nesterov", "weight_decay", "grad_scale"))
 def apply_lazy_adam_rows(param, m, v, indices, values, lr, step, enabled=None, beta1=0.9, beta2=0.999, eps=1e-8,
                          use_nesterov=False, weight_decay=0.0, grad_scale=1.0):
-    """LazyAdam on rows `indices`: Adam moments and step on those rows, the rest untouched."""
+    """LazyAdam on rows `indices`: Adam moments and step on those rows, the rest untouched (one
+    fused pass over the touched rows: `mstrain.kernels.rows.lazy_adam_rows`)."""
     if _skipped(enabled) or indices.size == 0:
         return param
-    p2, m2, v2 = row_view(param), row_view(m), row_view(v)
-    p_rows, m_rows, v_rows = p2[indices], m2[indices], v2[indices]
-    g = _rows_grad(values, p_rows, weight_decay, grad_scale)
-    scratch = np.empty_like(p_rows)
-    _update_moments(m_rows, v_rows, g, beta1, beta2, scratch)
-    _adam_step(p_rows, m_rows, v_rows, g, _bias_corrected_lr(lr, step, beta1, beta2), eps, beta1, use_nesterov,
-               scratch)
-    m2[indices], v2[indices], p2[indices] = m_rows, v_rows, p_rows
+    p2 = row_view(param)
+    _lazy_adam_rows(p2, row_view(m), row_view(v), indices, np.asarray(values).reshape(indices.size, p2.shape[1]),
+                    _bias_corrected_lr(lr, step, beta1, beta2), beta1, beta2, eps, weight_decay, grad_scale,
+                    use_nesterov)
     return param
 
 

@@ -247,6 +247,8 @@ class Optimizer(Cell):
         attrs = self._attrs
         if not self.supports_row_tensor or self.grad_clip is not None:
             grads = densify_row_tensors(grads)
+        else:  # row updates need each row once
+            grads = tuple(g.coalesce() if isinstance(g, RowTensor) else g for g in grads)
         if self.grad_clip is not None:
             if self._grad_scale != 1.0:  # clip the true gradients, not the loss-scaled ones
                 grads, attrs = self.scale_grad(grads), self._attrs_unit_scale
