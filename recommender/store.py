@@ -110,7 +110,7 @@ class CachedEmbeddingLookup(nn.Cell):
         self.store.create("values", _initial_rows(param_init, self.embedding_size))
         self.embedding_table = Parameter(Tensor(np.zeros((self.capacity, self.embedding_size), np.float32)),
                                          name="embedding_table")
-        self.slot_of = np.full(self.vocab_size, -1, np.int64)
+        self.slot_of = np.full(self.vocab_size, -1, np.int32)  # slots < capacity: 4 bytes per table row
         self.row_of_slot = np.full(self.capacity, -1, np.int64)
         self.last_use = np.zeros(self.capacity, np.int64)
         self.use_count = np.zeros(self.capacity, np.int64)
