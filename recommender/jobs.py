@@ -19,6 +19,7 @@ import mstrain as ms
 from mstrain import Model
 from mstrain import dataset as ds
 from mstrain.config import option, section
+from mstrain.errors import ConfigError
 from mstrain.fileio import write_json_atomically
 from mstrain.log import get_logger
 from mstrain.mindrecord import RecordSet
@@ -30,7 +31,7 @@ from .criteo import load_vocab, preprocess_criteo
 from .roc import log_loss, plot_roc, roc_curve
 from .store import EmbeddingCacheMonitor
 from .widedeep import (WideDeep, WideDeepTrainStep, WideDeepWithLoss, parameter_count, predict_logits,
-                       wide_deep_optimizers)
+                       sharded_train_step, wide_deep_optimizers)
 
 __all__ = ["WideDeepJobConfig", "run_widedeep", "train_widedeep"]
 
@@ -62,6 +63,8 @@ class WideDeepModelConfig:
     cache_policy: str = option("lru", "eviction of the hot-row cache", choices=("lru", "lfu"))
     disk_dir: Optional[str] = option(None, "keep the cached tables and their optimizer state in memory-mapped "
                                      "files here (level 3) instead of host memory")
+    shard_tables: bool = option(False, "shard both tables row-wise over the MPI ranks (run under mpiexec -n N; "
+                                "rows fetched by all-to-all); each rank trains on 1/N of the batches")
 
 
 @dataclass
@@ -119,15 +122,16 @@ def _columns(vocab):
 class EvaluateEachEpoch(Callback):
     """After every epoch: logits on the test split, AUC and logloss, one log line."""
 
-    def __init__(self, network, test_columns, history):
+    def __init__(self, network, test_columns, history, batch_size=4096):
         super().__init__()
-        self.network, self.test, self.history = network, test_columns, history
+        self.network, self.test, self.history, self.batch_size = network, test_columns, history, batch_size
         self.last_logits = None
 
     def on_train_epoch_end(self, run_context):
         args = run_context.original_args()
         start = time.perf_counter()
-        logits = predict_logits(self.network, self.test["dense"], self.test["ids"], self.test.get("dense_ids"))
+        logits = predict_logits(self.network, self.test["dense"], self.test["ids"], self.test.get("dense_ids"),
+                                batch_size=self.batch_size)
         metric = AUC()
         metric.update(logits, self.test["label"])
         record = {"epoch": args.cur_epoch_num, "train_loss": float(np.asarray(args.net_outputs.asnumpy())),
@@ -143,34 +147,65 @@ class EvaluateEachEpoch(Callback):
 def train_widedeep(cfg):
     """Train and evaluate Wide&Deep as `cfg` (a WideDeepJobConfig) says; returns the summary dict."""
     ms.set_seed(cfg.train.seed)
-    vocab = ensure_records(cfg.data)
+    rank, ranks = _ranks(cfg)
+    vocab = ensure_records(cfg.data) if rank == 0 else None
+    vocab = _shared(vocab, ranks)
     columns = _columns(vocab)
     records = cfg.data.records_dir
+    shards = dict(num_shards=ranks, shard_id=rank) if ranks > 1 else {}
     train_set = ds.MindDataset(os.path.join(records, "train.mindrecord"), columns_list=columns,
-                               shuffle=cfg.train.shuffle).batch(cfg.train.batch_size)
+                               shuffle=cfg.train.shuffle, **shards).batch(cfg.train.batch_size,
+                                                                         drop_remainder=ranks > 1)
     test_records = RecordSet(os.path.join(records, "test.mindrecord"))
     test = test_records.gather(np.arange(test_records.num_rows), columns, as_numpy=True)
+    batch_ids = cfg.train.batch_size * (26 + 13) if cfg.model.shard_tables else 0
     net = WideDeep(vocab["num_rows"], embed_dim=cfg.model.embed_dim, hidden=tuple(cfg.model.hidden),
                    dropout=cfg.model.dropout, init_std=cfg.model.init_std,
                    vocab_cache_size=min(cfg.model.vocab_cache_size, vocab["num_rows"]),
-                   cache_policy=cfg.model.cache_policy, disk_dir=cfg.model.disk_dir)
-    opt = cfg.optimizer
-    wide_opt, deep_opt = wide_deep_optimizers(net, wide_lr=opt.wide_lr, wide_l1=opt.wide_l1, wide_l2=opt.wide_l2,
-                                              wide_initial_accum=opt.wide_initial_accum, deep_optimizer=opt.deep,
-                                              deep_lr=opt.deep_lr, eps=opt.eps)
-    step = WideDeepTrainStep(WideDeepWithLoss(net, cfg.model.l2_wide, cfg.model.l2_deep), wide_opt, deep_opt)
+                   cache_policy=cfg.model.cache_policy, disk_dir=cfg.model.disk_dir, shard_batch_ids=batch_ids)
+    step = _train_step(cfg, net)
     history = []
-    evaluate = EvaluateEachEpoch(net, test, history)
+    evaluate = EvaluateEachEpoch(net, test, history, batch_size=cfg.train.batch_size if batch_ids else 4096)
     cache_monitor = EmbeddingCacheMonitor(net.cached_tables())
     start = time.perf_counter()
     Model(step).train(cfg.train.epochs, train_set, callbacks=[evaluate, cache_monitor])
     seconds = time.perf_counter() - start
-    summary = _write_outputs(cfg, vocab, history, test["label"], evaluate.last_logits, net, seconds,
-                             cache_monitor.report())
-    return summary
+    if rank != 0:
+        return {"test_auc": history[-1]["test_auc"], "rank": rank}
+    return _write_outputs(cfg, vocab, history, test["label"], evaluate.last_logits, net, seconds,
+                          cache_monitor.report(), ranks)
 
 
-def _write_outputs(cfg, vocab, history, labels, logits, net, seconds, cache_statistics):
+def _ranks(cfg):
+    if not cfg.model.shard_tables:
+        return 0, 1
+    if cfg.model.vocab_cache_size:
+        raise ConfigError("model.shard_tables and model.vocab_cache_size cannot be combined yet",
+                          key="model.shard_tables")
+    from mstrain import communication as comm
+    comm.init()
+    return comm.get_rank(), comm.get_group_size()
+
+
+def _shared(vocab, ranks):
+    """Rank 0 preprocesses; the others receive its vocabulary summary."""
+    if ranks == 1:
+        return vocab
+    from mstrain.communication import broadcast_object
+    return broadcast_object(vocab)
+
+
+def _train_step(cfg, net):
+    opt, loss = cfg.optimizer, WideDeepWithLoss(net, cfg.model.l2_wide, cfg.model.l2_deep)
+    settings = dict(wide_lr=opt.wide_lr, wide_l1=opt.wide_l1, wide_l2=opt.wide_l2,
+                    wide_initial_accum=opt.wide_initial_accum, deep_optimizer=opt.deep, deep_lr=opt.deep_lr,
+                    eps=opt.eps)
+    if cfg.model.shard_tables:
+        return sharded_train_step(net, loss, **settings)
+    return WideDeepTrainStep(loss, *wide_deep_optimizers(net, **settings))
+
+
+def _write_outputs(cfg, vocab, history, labels, logits, net, seconds, cache_statistics, ranks):
     out = cfg.train.output_dir
     os.makedirs(out, exist_ok=True)
     fpr, tpr = roc_curve(labels, logits)
@@ -179,7 +214,8 @@ def _write_outputs(cfg, vocab, history, labels, logits, net, seconds, cache_stat
     summary = {"test_auc": last["test_auc"], "test_logloss": last["test_logloss"], "epochs": len(history),
                "train_rows": vocab["train_rows"], "test_rows": vocab["test_rows"], "table_rows": vocab["num_rows"],
                "parameters": parameter_count(net), "train_seconds": round(seconds, 2),
-               "samples_per_s": round(vocab["train_rows"] * len(history) / seconds, 1), "output_dir": out}
+               "samples_per_s": round(vocab["train_rows"] * len(history) / seconds, 1), "ranks": ranks,
+               "output_dir": out}
     if cache_statistics:
         summary["embedding_cache"] = cache_statistics
     write_json_atomically(os.path.join(out, "history.json"), history)

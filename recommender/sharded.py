@@ -11,7 +11,7 @@ plain data parallelism. Bytes moved per step: ids out and rows back in the forwa
 the backward (counted in `statistics`).
 
     emb = ShardedEmbeddingLookup(vocab_size, 16, max_batch_ids=4096, param_init=...)
-    step = ShardedTrainStep(loss_net, nn.Adam(dense_params), {emb: nn.LazyAdam([emb.shard], 1e-3)})
+    step = ShardedTrainStep(loss_net, [nn.Adam(dense_params)], {emb: nn.LazyAdam([emb.shard], 1e-3)})
 """
 import numpy as np
 
@@ -22,6 +22,8 @@ from mstrain.communication import all_reduce_array, all_to_all_v_array, get_grou
 from mstrain.errors import ConfigError
 
 __all__ = ["ShardedEmbeddingLookup", "ShardedTrainStep", "shard_rows"]
+
+_INIT_CHUNK_ROWS = 1 << 20
 
 
 def shard_rows(vocab_size, rank, ranks):
@@ -42,8 +44,14 @@ class ShardedEmbeddingLookup(nn.Cell):
         if isinstance(param_init, (np.ndarray, Tensor)):
             full = param_init.asnumpy() if isinstance(param_init, Tensor) else param_init
             values = np.ascontiguousarray(full[owned], np.float32)
-        else:
-            values = initializer(param_init, (owned.size, self.embedding_size)).asnumpy()
+        else:  # every rank draws the whole table's stream (chunk by chunk) and keeps its rows, so the
+            # random state after this layer, and so every later layer's initial values, agree across ranks
+            values = np.empty((owned.size, self.embedding_size), np.float32)
+            for start in range(0, self.vocab_size, _INIT_CHUNK_ROWS):
+                stop = min(start + _INIT_CHUNK_ROWS, self.vocab_size)
+                chunk = initializer(param_init, (stop - start, self.embedding_size)).asnumpy()
+                mine = owned[(owned >= start) & (owned < stop)]
+                values[mine // self.ranks] = chunk[mine - start]
         self.shard = Parameter(Tensor(values), name="embedding_shard")
         self.batch_table = Parameter(Tensor(np.zeros((int(max_batch_ids), self.embedding_size), np.float32)),
                                      name="embedding_batch_rows")
@@ -104,17 +112,25 @@ class ShardedEmbeddingLookup(nn.Cell):
 
 
 class ShardedTrainStep(nn.Cell):
-    """One data-parallel step with sharded tables: loss and gradients of the dense parameters and
+    """One data-parallel step with sharded tables (`dense_optimizers`: one optimizer or a list, each
+    over its own dense parameters; `table_optimizers`: {table: optimizer over [table.shard]}):
+    loss and gradients of the dense parameters and
     of every table's batch rows, dense gradients averaged over the ranks, table gradients sent to
     their owners (averaged too) and applied there by that table's optimizer."""
 
-    def __init__(self, loss_network, dense_optimizer, table_optimizers, group=None):
+    def __init__(self, loss_network, dense_optimizers, table_optimizers, group=None):
         super().__init__(auto_prefix=False)
-        self.loss_network, self.dense_optimizer, self.group = loss_network, dense_optimizer, group
+        if dense_optimizers is None:
+            dense_optimizers = []
+        elif not isinstance(dense_optimizers, (list, tuple)):
+            dense_optimizers = [dense_optimizers]
+        self.loss_network, self.group = loss_network, group
+        self.dense_optimizers = nn.CellList(list(dense_optimizers))
         self.tables = list(table_optimizers)
         self.table_optimizers = nn.CellList([table_optimizers[t] for t in self.tables])
         self.ranks = get_group_size(group)
-        dense = tuple(dense_optimizer.parameters) if dense_optimizer is not None else ()
+        dense = tuple(p for opt in dense_optimizers for p in opt.parameters)
+        self._dense_counts = [len(opt.parameters) for opt in dense_optimizers]
         self._dense_count = len(dense)
         self._grad_fn = ms.value_and_grad(loss_network, None, dense + tuple(t.batch_table for t in self.tables))
 
@@ -122,8 +138,10 @@ class ShardedTrainStep(nn.Cell):
         loss, grads = self._grad_fn(*inputs)
         dense_grads = [Tensor(all_reduce_array(g.asnumpy(), self.group) / self.ranks)
                        for g in grads[:self._dense_count]]
-        if self.dense_optimizer is not None:
-            self.dense_optimizer(tuple(dense_grads))
+        start = 0
+        for optimizer, count in zip(self.dense_optimizers, self._dense_counts):
+            optimizer(tuple(dense_grads[start:start + count]))
+            start += count
         for table, optimizer, grad in zip(self.tables, self.table_optimizers, grads[self._dense_count:]):
             optimizer((table.shard_gradient(grad, 1.0 / self.ranks),))
         return loss

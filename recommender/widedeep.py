@@ -15,11 +15,13 @@ import numpy as np
 import mstrain as ms
 from mstrain import Tensor, nn, ops
 from mstrain.common.initializer import Normal
+from mstrain.errors import ConfigError
 from mstrain.nn.wrap import make_grad_reducer
 
+from .sharded import ShardedEmbeddingLookup, ShardedTrainStep
 from .store import CachedEmbeddingLookup
 
-__all__ = ["WideDeep", "WideDeepWithLoss", "WideDeepTrainStep", "wide_deep_optimizers"]
+__all__ = ["WideDeep", "WideDeepWithLoss", "WideDeepTrainStep", "wide_deep_optimizers", "sharded_train_step"]
 
 
 def _subdir(root, name):
@@ -31,14 +33,21 @@ class WideDeep(nn.Cell):
 
     construct(dense (B, 13) float32, ids (B, F) int32[, dense_ids (B, D) int32]) -> logits (B,).
     Both tables are `nn.EmbeddingLookup`s: with `sparse` their gradients are RowTensors, so the
-    optimizers touch only the batch's rows and a step costs the same for any table size.
+    optimizers touch only the batch's rows and a step costs the same for any table size. With
+    `vocab_cache_size` they are `CachedEmbeddingLookup`s (hot rows over a host or disk store); with
+    `shard_batch_ids` (a bound on one rank's distinct ids per batch) `ShardedEmbeddingLookup`s
+    sharded over the MPI ranks (train them with `sharded_train_step`).
     """
 
     def __init__(self, num_rows, num_fields=26, num_dense=13, embed_dim=16, hidden=(256, 128, 64),
-                 dropout=0.0, init_std=0.01, sparse=True, vocab_cache_size=0, cache_policy="lru", disk_dir=None):
+                 dropout=0.0, init_std=0.01, sparse=True, vocab_cache_size=0, cache_policy="lru", disk_dir=None,
+                 shard_batch_ids=0):
         super().__init__()
         self.num_fields, self.num_dense, self.embed_dim = num_fields, num_dense, embed_dim
-        if vocab_cache_size:
+        if shard_batch_ids:  # level 4: tables sharded over the ranks, rows fetched by all-to-all
+            self.embedding = ShardedEmbeddingLookup(num_rows, embed_dim, shard_batch_ids, Normal(init_std))
+            self.wide_weight = ShardedEmbeddingLookup(num_rows, 1, shard_batch_ids, "zeros")
+        elif vocab_cache_size:
             self.embedding = CachedEmbeddingLookup(num_rows, embed_dim, vocab_cache_size, Normal(init_std),
                                                    cache_policy, _subdir(disk_dir, "deep"))
             self.wide_weight = CachedEmbeddingLookup(num_rows, 1, vocab_cache_size, "zeros", cache_policy,
@@ -148,6 +157,22 @@ class WideDeepTrainStep(nn.Cell):
         return loss
 
 
+def sharded_train_step(network, loss_network, wide_lr=0.05, wide_l1=1e-8, wide_l2=1e-8, wide_initial_accum=1.0,
+                       deep_optimizer="lazy_adam", deep_lr=1e-3, eps=1e-8):
+    """The zoo's optimizers for a network with sharded tables: FTRL on the wide table's shard and
+    the wide linear part, LazyAdam on the embedding shard, Adam or LazyAdam on the MLP."""
+    if deep_optimizer != "lazy_adam":
+        raise ConfigError("sharded tables are trained row by row: optimizer.deep must be lazy_adam",
+                          key="optimizer.deep")
+    def ftrl(params):
+        return nn.FTRL(params, initial_accum=wide_initial_accum, learning_rate=wide_lr, l1=wide_l1, l2=wide_l2)
+    dense = [ftrl(list(network.wide_dense.trainable_params())),
+             nn.LazyAdam(list(network.deep.trainable_params()), learning_rate=deep_lr, eps=eps)]
+    tables = {network.wide_weight: ftrl([network.wide_weight.shard]),
+              network.embedding: nn.LazyAdam([network.embedding.shard], learning_rate=deep_lr, eps=eps)}
+    return ShardedTrainStep(loss_network, dense, tables)
+
+
 def predict_logits(network, dense, ids, dense_ids=None, batch_size=4096):
     """Logits of whole numpy arrays, in evaluation mode, batch by batch (numpy float32 (N,))."""
     network.set_train(False)
@@ -168,5 +193,8 @@ def parameter_count(network):
     count = sum(int(np.prod(p.shape)) for p in network.trainable_params())
     for cell in network.cached_tables().values():
         count += (cell.vocab_size - cell.capacity) * cell.embedding_size
+    for cell in (network.embedding, network.wide_weight):
+        if isinstance(cell, ShardedEmbeddingLookup):  # this rank holds a shard and the batch rows
+            count += cell.vocab_size * cell.embedding_size - cell.shard.size - cell.batch_table.size
     return count
 
