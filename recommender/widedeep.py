@@ -81,15 +81,18 @@ class WideDeep(nn.Cell):
     def deep_params(self):
         return [self.embedding.embedding_table] + list(self.deep.trainable_params())
 
-    def wide_logit(self, dense, ids, dense_ids=None):
+    def forward_with_rows(self, dense, ids, dense_ids=None):
+        """(logits, the looked-up embedding rows (B, F * dim), the looked-up wide weights (B, ids)):
+        each table is looked up once per step (a sharded table exchanges rows once)."""
         wide_ids = ids if dense_ids is None else ops.concat((ids, dense_ids), axis=1)
         weights = ops.reshape(self.wide_weight(wide_ids), wide_ids.shape)
-        return ops.sum(weights, 1) + ops.reshape(self.wide_dense(dense), (-1,))
-
-    def construct(self, dense, ids, dense_ids=None):
+        wide = ops.sum(weights, 1) + ops.reshape(self.wide_dense(dense), (-1,))
         vectors = ops.reshape(self.embedding(ids), (ids.shape[0], self.num_fields * self.embed_dim))
         deep = ops.reshape(self.deep(ops.concat((vectors, dense), axis=1)), (-1,))
-        return deep + self.wide_logit(dense, ids, dense_ids)
+        return deep + wide, vectors, weights
+
+    def construct(self, dense, ids, dense_ids=None):
+        return self.forward_with_rows(dense, ids, dense_ids)[0]
 
 
 class WideDeepWithLoss(nn.Cell):
@@ -103,23 +106,21 @@ class WideDeepWithLoss(nn.Cell):
         self.l2_wide, self.l2_deep = float(l2_wide), float(l2_deep)
         self.loss = nn.BCEWithLogitsLoss(reduction="mean")
 
-    def _penalty(self, ids, dense_ids):
-        net, total = self.network, 0.0
+    def _penalty(self, vectors, weights):
+        total, batch = 0.0, vectors.shape[0]
         if self.l2_wide:
-            wide_ids = ids if dense_ids is None else ops.concat((ids, dense_ids), axis=1)
-            total = total + self.l2_wide * ops.sum(ops.square(net.wide_weight(wide_ids))) / ids.shape[0]
+            total = total + self.l2_wide * ops.sum(ops.square(weights)) / batch
         if self.l2_deep:
-            rows = ops.sum(ops.square(net.embedding(ids))) / ids.shape[0]
-            dense = sum(ops.sum(ops.square(p)) for p in net.deep.trainable_params() if p.ndim == 2)
-            total = total + self.l2_deep * (rows + dense)
+            dense = sum(ops.sum(ops.square(p)) for p in self.network.deep.trainable_params() if p.ndim == 2)
+            total = total + self.l2_deep * (ops.sum(ops.square(vectors)) / batch + dense)
         return total
 
     def construct(self, dense, ids, *rest):
         dense_ids, label = rest if len(rest) == 2 else (None, rest[0])
-        logits = self.network(dense, ids, dense_ids)
+        logits, vectors, weights = self.network.forward_with_rows(dense, ids, dense_ids)
         loss = self.loss(logits, label)
         if self.l2_wide or self.l2_deep:
-            loss = loss + self._penalty(ids, dense_ids)
+            loss = loss + self._penalty(vectors, weights)
         return loss
 
 
