@@ -27,7 +27,7 @@ ms_function = jit  # MindSpore 1.x's name for jit
 
 # ---- networks, data, training ---------------------------------------------------------------------
 from . import common
-from .common import ParameterTuple
+from .common import ParameterTuple, RowTensor
 from . import nn
 from . import dataset
 from . import mindrecord
@@ -56,7 +56,7 @@ __all__ = [
     "GRAPH_MODE", "PYNATIVE_MODE", "set_context", "get_context", "jit", "mutable", "jit_compile_count",
     "context", "ParallelMode", "ms_function",
     # networks, data, training
-    "nn", "common", "ParameterTuple", "dataset", "mindrecord",
+    "nn", "common", "ParameterTuple", "RowTensor", "dataset", "mindrecord",
     "train", "Model", "save_checkpoint", "load_checkpoint", "load_param_into_net", "export", "amp",
     "auto_mixed_precision", "build_train_network", "LossScaleManager", "FixedLossScaleManager",
     "DynamicLossScaleManager", "Callback", "RunContext", "CheckpointConfig", "EarlyStopping", "History",

@@ -158,7 +158,11 @@ def _accumulate(grads, node, index, g):
     slots = grads.get(id(node))
     if slots is None:
         slots = grads[id(node)] = [None] * len(node.outputs)
-    slots[index] = g if slots[index] is None else slots[index] + g
+    current = slots[index]
+    if current is None:
+        slots[index] = g
+    else:  # a RowTensor adds on the left: it concatenates rows or densifies itself
+        slots[index] = g + current if _is_row_tensor(g) else current + g
 
 
 # Callables `hook(target, grad)`, told during an outermost backward the moment a target's gradient
@@ -216,6 +220,10 @@ def backward(root, sens, targets):
             slots = grads.get(id(node))
             if slots is not None:
                 g = slots[targets[i]._index]
+                if _is_row_tensor(g):  # a sparse lookup's table gradient: hand it over coalesced
+                    g = g.coalesce()
+                    result[i] = g if g.dtype == targets[i]._data.dtype else g.astype(targets[i]._data.dtype)
+                    continue
                 if g is not None and g._data.dtype != targets[i]._data.dtype:
                     from .ops import functional as F
                     g = F.cast(g, targets[i]._data.dtype)
@@ -224,6 +232,10 @@ def backward(root, sens, targets):
         if g is None:
             result[i] = Tensor._wrap(np.zeros_like(targets[i]._data))
     return result
+
+
+def _is_row_tensor(g):
+    return g is not None and not isinstance(g, Tensor) and hasattr(g, "coalesce")
 
 
 def _apply_vjp(node, slots, relevant, grads):

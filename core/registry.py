@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
-__all__ = ["register_job", "get_job", "known_jobs", "Job", "ENTRY_POINT_GROUP"]
+__all__ = ["register_job", "get_job", "known_jobs", "Job", "ENTRY_POINT_GROUP", "entry_points"]
 
 ENTRY_POINT_GROUP = "mstrain.jobs"
 _CORE_JOBS = {"mlp_mnist": "mstrain.jobs.mlp_mnist", "lenet_mnist": "mstrain.jobs.lenet_mnist"}
@@ -104,19 +104,27 @@ def known_jobs():
 
 def _providers():
     """{job name: entry point}: core's jobs, then installed kits, then the checkout's pyproject.toml."""
-    providers = {}
-    for entry_point in _checkout_entry_points() + _installed_entry_points():
-        providers[entry_point.name] = entry_point  # installed metadata wins over the checkout file
+    providers = entry_points(ENTRY_POINT_GROUP)
     for name, module in _CORE_JOBS.items():
         providers[name] = importlib.metadata.EntryPoint(name, module, ENTRY_POINT_GROUP)
     return providers
 
 
-def _installed_entry_points():
-    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+def entry_points(group):
+    """{name: EntryPoint} of `group` (e.g. "mstrain.jobs", "mstrain.data"): the installed kits'
+    metadata, then the checkout's pyproject.toml for names the metadata lacks (an editable install
+    made before an entry point was added still sees it)."""
+    found = {}
+    for entry_point in _checkout_entry_points(group) + _installed_entry_points(group):
+        found[entry_point.name] = entry_point  # installed metadata wins over the checkout file
+    return found
 
 
-def _checkout_entry_points():
+def _installed_entry_points(group):
+    return list(importlib.metadata.entry_points(group=group))
+
+
+def _checkout_entry_points(group):
     try:
         import tomllib
     except ImportError:  # Python < 3.11: installed metadata only
@@ -129,8 +137,8 @@ def _checkout_entry_points():
         project = tomllib.load(f).get("project", {})
     if project.get("name") != "mstrain":
         return []
-    table = project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
-    return [importlib.metadata.EntryPoint(n, v, ENTRY_POINT_GROUP) for n, v in table.items()]
+    table = project.get("entry-points", {}).get(group, {})
+    return [importlib.metadata.EntryPoint(n, v, group) for n, v in table.items()]
 
 
 def _load_provider(name):

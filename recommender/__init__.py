@@ -1,2 +1,17 @@
 """mstrain recommender kit: Wide&Deep, Criteo preprocessing and the multi-level distributed
-embedding cache (in the spirit of MindSpore Recommender). Imports only `core`'s public names."""
+embedding store (in the spirit of MindSpore Recommender). Imports only `core`'s public names.
+
+    preprocess_criteo(src, out_dir, ...)      Criteo TSV -> record files + vocab.json   (criteo)
+    WideDeep, WideDeepTrainStep               the model zoo's Wide&Deep                  (widedeep)
+    CachedEmbeddingLookup                     hot-row cache over a host or disk store    (store)
+    ShardedEmbeddingLookup, ShardedTrainStep  tables sharded over MPI ranks, all-to-all  (sharded)
+    train_widedeep(cfg)                       the `widedeep` job                         (jobs)
+"""
+from .criteo import CriteoFormatError, load_vocab, preprocess_criteo, read_criteo_lines
+from .sharded import ShardedEmbeddingLookup, ShardedTrainStep
+from .store import CachedEmbeddingLookup, EmbeddingCacheMonitor
+from .widedeep import WideDeep, WideDeepTrainStep, WideDeepWithLoss, wide_deep_optimizers
+
+__all__ = ["CriteoFormatError", "load_vocab", "preprocess_criteo", "read_criteo_lines", "WideDeep",
+           "WideDeepTrainStep", "WideDeepWithLoss", "wide_deep_optimizers", "CachedEmbeddingLookup",
+           "EmbeddingCacheMonitor", "ShardedEmbeddingLookup", "ShardedTrainStep"]

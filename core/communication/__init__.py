@@ -10,6 +10,7 @@ from .management import (  # noqa: F401
 )
 from .transport import (  # noqa: F401
     CommHandle, ReduceOp, all_gather_array, all_gather_object, all_reduce_array, all_to_all_array,
+    all_to_all_v_array,
     broadcast_array, broadcast_object, iall_gather, iall_reduce, iall_to_all, irecv, ireduce_scatter, isend,
     recv_array, reduce_scatter_array, send_array,
 )

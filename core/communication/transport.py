@@ -178,6 +178,38 @@ def iall_to_all(array, group=None, split_axis=0, concat_axis=0):
     return CommHandle(comm.Ialltoall(send, recv), recv, finish)
 
 
+def all_to_all_v_array(chunks, group=None):
+    """Variable-sized all-to-all (MPI_Alltoallv): `chunks[i]` (k_i rows of one row shape and dtype,
+    k_i may differ and be 0) goes to group rank i; returns the list of the chunks received, one
+    per rank in group-rank order. The row counts travel first, then the rows in one exchange."""
+    g = get_group(group)
+    chunks = [np.asarray(c) for c in chunks]
+    if len(chunks) != g.size:
+        raise ValueError(f"all_to_all_v: {len(chunks)} chunks for group {g.name!r} of {g.size} ranks")
+    if g.size == 1:
+        return [chunks[0]]
+    row_shape, dtype = chunks[0].shape[1:], chunks[0].dtype
+    for c in chunks:
+        if c.shape[1:] != row_shape or c.dtype != dtype:
+            raise ValueError(f"all_to_all_v: chunks differ in row shape or dtype ({c.shape[1:]} {c.dtype} vs "
+                             f"{row_shape} {dtype})")
+    from mpi4py import MPI
+    comm = g.require_member()
+    send_rows = np.array([c.shape[0] for c in chunks], np.int64)
+    recv_rows = np.empty_like(send_rows)
+    comm.Alltoall(send_rows, recv_rows)
+    row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+    send = np.concatenate([np.ascontiguousarray(c).reshape(-1).view(np.uint8) for c in chunks])
+    recv = np.empty(int(recv_rows.sum()) * row_bytes, np.uint8)
+    send_bytes, recv_bytes = send_rows * row_bytes, recv_rows * row_bytes
+    send_offsets = np.concatenate([[0], np.cumsum(send_bytes)[:-1]])
+    recv_offsets = np.concatenate([[0], np.cumsum(recv_bytes)[:-1]])
+    comm.Alltoallv([send, (send_bytes.tolist(), send_offsets.tolist()), MPI.BYTE],
+                   [recv, (recv_bytes.tolist(), recv_offsets.tolist()), MPI.BYTE])
+    rows = recv.view(dtype).reshape((-1,) + row_shape)
+    return np.split(rows, np.cumsum(recv_rows)[:-1])
+
+
 # ---- rooted collectives and point to point ----------------------------------------------------
 
 def broadcast_array(array, group=None, root=0):

@@ -2,9 +2,12 @@
 
     mstrain data convert SRC DST [--kind npy|npz|text|criteo] [--shard-num N] [--index F] [--overwrite]
     mstrain data info FILE [--verify] [--json]
+    mstrain data <converter> ...     a kit's converter (entry points of the group "mstrain.data")
 
 `main(argv)` takes the words after `mstrain data` (a leading "data" is skipped too) and returns
 the exit code: 0 on success, 2 with one line on stderr for a user error.
+Kits add converters as entry points `<name> = "module:main"` of the group "mstrain.data" in
+pyproject.toml; `mstrain data <name> a b` calls `main(["a", "b"])` and exits with its return value.
 Converters:
 - npy/npz: SRC is a .npy/.npz file or a directory of them. Each .npy file is one column named
   after the file; .npz files hold columns by key, and several .npz files with the same keys are
@@ -24,7 +27,9 @@ from ..errors import EXIT_USER_ERROR, DatasetNotFoundError, RecordFileError, Use
 from .reader import FileReader
 from .writer import FileWriter
 
-__all__ = ["main"]
+__all__ = ["main", "DATA_ENTRY_POINT_GROUP"]
+
+DATA_ENTRY_POINT_GROUP = "mstrain.data"
 
 
 _ROWS_PER_WRITE = 10000
@@ -40,8 +45,15 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"{message} (usage: {self.format_usage().strip()[len('usage: '):]})")
 
 
+def _kit_converters():
+    from ..registry import entry_points
+    return entry_points(DATA_ENTRY_POINT_GROUP)
+
+
 def _parser():
-    parser = _Parser(prog="mstrain data", description="Record files: convert data, describe files.")
+    kits = ", ".join(f"{name} ({ep.value.split(':')[0]})" for name, ep in sorted(_kit_converters().items()))
+    parser = _Parser(prog="mstrain data", description="Record files: convert data, describe files.",
+                     epilog=f"converters from kits: {kits}; run 'mstrain data <converter> --help'" if kits else None)
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
     convert = verbs.add_parser("convert", help="convert npy/npz, text or Criteo TSV into record files")
     convert.add_argument("src")
@@ -232,6 +244,9 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["data"]:
         argv = argv[1:]
+    converter = _kit_converters().get(argv[0]) if argv and argv[0] not in ("convert", "info") else None
+    if converter is not None:
+        return converter.load()(argv[1:]) or 0
     try:
         args = _parser().parse_args(argv)
         return _convert(args) if args.verb == "convert" else _info(args)

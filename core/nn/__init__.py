@@ -7,6 +7,7 @@ from .activation import (
 from .layers import Dense, Dropout, Embedding, LayerNorm, OneHot, Pad
 from .conv import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Conv2dTranspose,
                    GroupNorm, MaxPool2d)
+from .embedding_lookup import EmbeddingLookup
 from .container import CellDict, CellList, SequentialCell
 from .loss import (
     BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, LossBase, MSELoss, NLLLoss, SmoothL1Loss,
@@ -21,7 +22,7 @@ from .optim import learning_rate_schedule, dynamic_lr  # noqa: F401
 
 __all__ = [
     "Cell", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "ELU", "LeakyReLU", "SiLU",
-    "Softplus", "Flatten", "Identity", "get_activation", "Dense", "Dropout", "Embedding", "LayerNorm", "OneHot", "Pad",
+    "Softplus", "Flatten", "Identity", "get_activation", "Dense", "Dropout", "Embedding", "EmbeddingLookup", "LayerNorm", "OneHot", "Pad",
     "Conv1d", "Conv2d", "Conv2dTranspose", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d",
     "BatchNorm2d", "GroupNorm",
     "SequentialCell", "CellList", "CellDict", "LossBase", "SoftmaxCrossEntropyWithLogits",

@@ -22,6 +22,7 @@ from .indexing import (  # noqa: F401
     repeat_interleave, scatter_add, scatter_nd, segment_count, sort, take_along_axis, tensor_scatter_add, topk,
     unsorted_segment_max, unsorted_segment_mean, unsorted_segment_min, unsorted_segment_sum,
 )
+from .sparse import sparse_embedding_lookup  # noqa: F401
 from .creation import (  # noqa: F401
     arange, categorical, eye, full, full_like, linspace, multinomial, normal, ones, ones_like, rand,
     randint, randn, standard_normal, uniform, zeros, zeros_like,

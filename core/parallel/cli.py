@@ -1,9 +1,14 @@
 """`mstrain plan` and `mstrain ckpt`: the parallel layout search and checkpoint resharding, offline.
 
     mstrain plan --config configs/gpt.yaml -n 64 [--memory-limit-gb 16] [--json]
+    mstrain plan --config widedeep_criteo -n 8      (a kit's planner for its job, see below)
     mstrain plan --calibrate [--calibrate-ranks 2] [--profile PATH]   (measure this machine first)
     mstrain ckpt merge --dir CKPT_DIR --output full.ckpt [--strategy CKPT_DIR/strategy.json]
     mstrain ckpt transform --src-dir CKPT_DIR [--src-strategy A] --dst-strategy B --dst-dir OUT_DIR
+
+A kit plans its own jobs by naming a function `plan(cfg, ranks, memory_limit_gb, as_json) -> exit
+code` under the job's name in the entry-point group "mstrain.plan" (pyproject.toml); `mstrain plan`
+then validates the config against the job's schema and hands it over.
 """
 import argparse
 import json
@@ -92,7 +97,13 @@ def _plan(argv):
         raise ConfigError("mstrain plan needs --config FILE and -n RANKS (or --calibrate alone)")
     if args.ranks < 1:
         raise ConfigError(f"-n must be a positive number of ranks, got {args.ranks}")
-    doc = _load_yaml(args.config)
+    from ..config.loader import find_config
+    config_path = find_config(args.config)
+    doc = _load_yaml(config_path)
+    planner = _kit_planner(doc.get("job"))
+    if planner is not None:
+        from ..config import load_job_config
+        return planner(load_job_config(str(config_path), []).cfg, args.ranks, args.memory_limit_gb, args.json) or 0
     spec = _spec_from_config(doc, args.config, args.ranks, args.global_batch_size)
     limit_gb = args.memory_limit_gb
     if limit_gb is None:
@@ -108,6 +119,16 @@ def _plan(argv):
         print(format_plan(spec, args.ranks, best, evaluated, seconds, hw.memory))
         print(f"  hardware: {source}")
     return 0
+
+
+PLAN_ENTRY_POINT_GROUP = "mstrain.plan"
+
+
+def _kit_planner(job):
+    """The planner a kit registered for `job` (entry points of the group "mstrain.plan"), or None."""
+    from ..registry import entry_points
+    entry_point = entry_points(PLAN_ENTRY_POINT_GROUP).get(job) if job else None
+    return entry_point.load() if entry_point is not None else None
 
 
 def _profile_source(path, profile):

@@ -7,13 +7,16 @@ backward carries on with the earlier layers. `reducer(grads)` then waits for the
 hands back views of the reduced buffers (divided by the degree when `mean`). Gradients that
 did not pass the hook (a plain call without backward, or grads changed after backward) are
 packed and reduced in the call itself, so the result never depends on the overlap.
+A RowTensor gradient (a sparse lookup's table) is reduced by exchanging only its rows: every
+rank gathers the others' (indices, values), and the concatenation, coalesced, is the sum.
 """
 import weakref
 
 import numpy as np
 
 from .. import autograd as _autograd
-from ..communication import get_group, iall_reduce
+from ..common.row_tensor import RowTensor
+from ..communication import all_gather_object, all_reduce, get_group, iall_reduce
 from ..communication.collectives import all_reduce_packed
 from ..graph.trace import active_tracer
 from ..ops import functional as F
@@ -69,6 +72,7 @@ class DistributedGradReducer:
         self._shapes = [tuple(p.shape) for p in self.parameters]
         self._position = {id(p): i for i, p in enumerate(self.parameters)}
         self._complete = (False,) * len(self.parameters)
+        self._row_sparse = frozenset()  # parameters whose gradients come as RowTensors: not bucketed
         self._plan(range(len(self.parameters)))
         self.bytes_reduced = 0  # payload bytes all-reduced by the last call (for benchmarks)
         self.overlapped_buckets = 0  # buckets the last call found already started during backward
@@ -88,7 +92,28 @@ class DistributedGradReducer:
             for bucket in self.buckets:
                 bucket.finish_pending()
             self._complete = complete
-            self._plan([i for i, done in enumerate(complete) if not done])
+            self._replan()
+
+    def _replan(self):
+        self._plan([i for i, done in enumerate(self._complete) if not done and i not in self._row_sparse])
+
+    def _refresh_row_sparse(self, grads):
+        row_sparse = frozenset(i for i, g in enumerate(grads) if isinstance(g, RowTensor))
+        if row_sparse != self._row_sparse:
+            for bucket in self.buckets:
+                bucket.finish_pending()
+            self._row_sparse = row_sparse
+            self._replan()
+
+    def _reduce_rows(self, grad):
+        """The sum over the ranks of a RowTensor (divided by the degree when `mean`), moving rows only."""
+        grad = grad.coalesce()
+        parts = all_gather_object((grad.indices.asnumpy(), grad.values.asnumpy()), self.group)
+        values = np.concatenate([v for _, v in parts])
+        if self.mean:
+            values = values * np.asarray(1.0 / self.degree, values.dtype)
+        self.bytes_reduced += sum(i.nbytes + v.nbytes for i, v in parts)
+        return RowTensor(Tensor(np.concatenate([i for i, _ in parts])), Tensor(values), grad.dense_shape).coalesce()
 
     def _plan_buckets(self, indices):
         buckets, current = [], None
@@ -107,7 +132,7 @@ class DistributedGradReducer:
 
     # -- during backward -------------------------------------------------------------------------
     def _on_grad_ready(self, target, grad):
-        if active_tracer() is not None:  # a traced step reduces in the graph (see _traced_reduce)
+        if active_tracer() is not None or isinstance(grad, RowTensor):  # reduced in the call
             return
         index = self._position.get(id(target))
         if index is None or target is not self.parameters[index] or index not in self._bucket_of:
@@ -141,8 +166,9 @@ class DistributedGradReducer:
         if len(grads) != len(self.parameters):
             raise ValueError(f"DistributedGradReducer got {len(grads)} gradients for {len(self.parameters)} parameters")
         if self.group.size == 1:
-            return tuple(g if isinstance(g, Tensor) else Tensor(g) for g in grads)
+            return tuple(g if isinstance(g, (Tensor, RowTensor)) else Tensor(g) for g in grads)
         self._refresh_complete()
+        self._refresh_row_sparse(grads)
         if active_tracer() is not None:
             return self._traced_reduce(grads)
         self.overlapped_buckets = 0
@@ -161,6 +187,8 @@ class DistributedGradReducer:
                 out[index] = Tensor._wrap(value if value.dtype == dtype else value.astype(dtype))
             bucket.clear()
         self.bytes_reduced = sum(b.size * b.dtype.itemsize for b in self.buckets)
+        for index in sorted(self._row_sparse):
+            out[index] = self._reduce_rows(grads[index])
         return tuple(out)
 
     def _traced_reduce(self, grads):

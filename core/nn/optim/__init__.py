@@ -2,6 +2,8 @@
 from .optimizer import Optimizer
 from .sgd import SGD, Momentum
 from .adam import Adam, AdamW, AdamWeightDecay, LazyAdam
+from .ftrl import FTRL
+from .adagrad import Adagrad
 from .learning_rate_schedule import (
     CosineDecayLR, ExponentialDecayLR, InverseDecayLR, LearningRateSchedule, NaturalExpDecayLR,
     PolynomialDecayLR, WarmUpLR, WarmupCosineDecayLR,
@@ -12,7 +14,7 @@ from .dynamic_lr import (
 )
 
 __all__ = [
-    "Optimizer", "SGD", "Momentum", "Adam", "AdamW", "AdamWeightDecay", "LazyAdam",
+    "Optimizer", "SGD", "Momentum", "Adam", "AdamW", "AdamWeightDecay", "LazyAdam", "FTRL", "Adagrad",
     "LearningRateSchedule", "ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR", "CosineDecayLR",
     "PolynomialDecayLR", "WarmUpLR", "WarmupCosineDecayLR",
     "piecewise_constant_lr", "exponential_decay_lr", "natural_exp_decay_lr", "inverse_decay_lr",

@@ -1,7 +1,7 @@
 """Adam family: Adam (optionally AMSGrad), AdamWeightDecay (MindSpore), AdamW (PyTorch), LazyAdam."""
 from ...errors import ConfigError
 from ...ops.primitive import apply
-from . import _kernels
+from . import _kernels, _row_kernels
 from .optimizer import Optimizer
 
 __all__ = ["Adam", "AdamWeightDecay", "AdamW", "LazyAdam"]
@@ -111,8 +111,11 @@ class LazyAdam(_AdamBase):
     A row is touched when its gradient has any non-zero entry; untouched rows keep their value and
     their moments exactly (no moment decay, no weight decay), as MindSpore's LazyAdam does for
     sparse gradients. Touched rows follow `Adam` (L2 weight decay on those rows only). A dense
-    layer's rows are all touched, so there LazyAdam equals Adam.
+    layer's rows are all touched, so there LazyAdam equals Adam. A RowTensor gradient (from
+    `nn.EmbeddingLookup(sparse=True)`) updates exactly its rows, without looking at the others.
     """
+
+    supports_row_tensor = True
 
     def __init__(self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False,
                  use_nesterov=False, weight_decay=0.0, loss_scale=1.0, grad_clip=None):
@@ -122,6 +125,9 @@ class LazyAdam(_AdamBase):
                                          eps=self.eps, use_nesterov=self.use_nesterov)
 
     def _update(self, grads, lrs, step, attrs):
-        prim = _kernels.apply_lazy_adam
+        prim, rows = _kernels.apply_lazy_adam, _row_kernels.apply_lazy_adam_rows
         for p, m, v, g, lr, a in zip(self._parameters, self.moment1, self.moment2, grads, lrs, attrs):
-            apply(prim, p, m, v, g, lr, step, *self._enabled_inputs, **a)
+            if self.is_row_gradient(g):
+                apply(rows, p, m, v, g.indices, g.values, lr, step, *self._enabled_inputs, **a)
+            else:
+                apply(prim, p, m, v, g, lr, step, *self._enabled_inputs, **a)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ... import autograd as _autograd
 from ...common.parameter import ParameterTuple
+from ...common.row_tensor import RowTensor, densify_row_tensors
 from ...errors import ConfigError
 from ...ops import functional as F
 from ...ops.primitive import apply
@@ -214,6 +215,9 @@ class Optimizer(Cell):
     # -- the step ----------------------------------------------------------------------------------
     # True when `_update` appends `self._enabled_inputs` to every kernel call, so `enabled` works
     supports_enabled = False
+    # True when `_update` takes RowTensor gradients (sparse lookups) and updates only their rows;
+    # otherwise they are made dense first
+    supports_row_tensor = False
     _enabled_inputs = ()
 
     def __call__(self, gradients, enabled=None):
@@ -241,6 +245,10 @@ class Optimizer(Cell):
             raise ValueError(f"{type(self).__name__}: got {len(grads)} gradients for "
                              f"{len(self._parameters)} parameters")
         attrs = self._attrs
+        if not self.supports_row_tensor or self.grad_clip is not None:
+            grads = densify_row_tensors(grads)
+        else:  # row updates need each row once
+            grads = tuple(g.coalesce() if isinstance(g, RowTensor) else g for g in grads)
         if self.grad_clip is not None:
             if self._grad_scale != 1.0:  # clip the true gradients, not the loss-scaled ones
                 grads, attrs = self.scale_grad(grads), self._attrs_unit_scale
@@ -258,6 +266,11 @@ class Optimizer(Cell):
         self._attrs = [{**prim.attr_defaults, **hyper, "weight_decay": wd, "grad_scale": self._grad_scale}
                        for wd in self.weight_decay]
         self._attrs_unit_scale = [dict(a, grad_scale=1.0) for a in self._attrs]
+
+    @staticmethod
+    def is_row_gradient(grad):
+        """True for a RowTensor gradient (update its `indices` rows with `values`)."""
+        return isinstance(grad, RowTensor)
 
     def _update(self, grads, lrs, step, attrs):
         raise TypeError(f"{type(self).__name__} must implement _update(grads, lrs, step, attrs)")

@@ -1,7 +1,7 @@
 """SGD (PyTorch-style momentum with dampening) and Momentum (MindSpore's ApplyMomentum)."""
 from ...errors import ConfigError
 from ...ops.primitive import apply
-from . import _kernels
+from . import _kernels, _row_kernels
 from .optimizer import Optimizer
 
 __all__ = ["Momentum", "SGD"]
@@ -41,7 +41,8 @@ class SGD(Optimizer):
 
     Without momentum: param -= lr * g. With momentum: accum = g on the first step, afterwards
     accum = momentum * accum + (1 - dampening) * g; param -= lr * accum (Nesterov: lr * (g + momentum * accum)).
-    g includes L2 weight decay. State (with momentum): `accum.<param name>`.
+    g includes L2 weight decay. State (with momentum): `accum.<param name>`. Without momentum a
+    RowTensor gradient updates only its rows; momentum moves every row, so it densifies one.
     """
 
     supports_enabled = True  # every kernel call takes self._enabled_inputs
@@ -54,6 +55,7 @@ class SGD(Optimizer):
         self.nesterov = bool(nesterov)
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ConfigError("SGD: nesterov needs momentum > 0 and dampening == 0", key="nesterov")
+        self.supports_row_tensor = self.momentum == 0
         if self.momentum > 0:
             self.accum = self._parameters.clone(prefix="accum", init="zeros")
             self._set_kernel_attrs(_kernels.apply_sgd, momentum=self.momentum,
@@ -66,7 +68,11 @@ class SGD(Optimizer):
         if self.accum is None:
             prim = _kernels.apply_gradient_descent
             for p, g, lr, a in zip(self._parameters, grads, lrs, attrs):
-                apply(prim, p, g, lr, *self._enabled_inputs, **a)
+                if self.is_row_gradient(g):
+                    apply(_row_kernels.apply_gradient_descent_rows, p, g.indices, g.values, lr,
+                          *self._enabled_inputs, **a)
+                else:
+                    apply(prim, p, g, lr, *self._enabled_inputs, **a)
             return
         prim = _kernels.apply_sgd
         for p, accum, g, lr, a in zip(self._parameters, self.accum, grads, lrs, attrs):

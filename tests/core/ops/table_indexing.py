@@ -3,7 +3,8 @@ Index arrays are fixed with repeats so the scatter-adds must accumulate."""
 import numpy as np
 
 from mstrain.ops import functional as F
-from mstrain.ops import indexing
+from mstrain.ops import indexing, sparse
+from mstrain.ops.primitive import get
 
 from .cases import case, const, normal
 
@@ -77,6 +78,15 @@ CASES = [
          normal(3, 4, 2), normal(3, 2), name="tensor_scatter_add"),
     case("gather", lambda x: F.gather_nd(x, np.array([[[0, 1], [2, 3]], [[-1, 0], [0, 1]]])),
          lambda x: x[np.array([[0, 2], [2, 0]]), np.array([[1, 3], [0, 1]])], normal(3, 4, 2), name="gather_nd"),
+    case(("sparse_gather_rows", "sparse_gather_rows_backward"),
+         lambda x: sparse.sparse_embedding_lookup(x, np.array([[3, 0, 7], [1, 3, -1]])),
+         lambda x: np.where(np.array([[1, 1, 0], [1, 1, 0]])[..., None] == 1,
+                            x[np.array([[3, 0, 0], [1, 3, 0]])], 0.0), normal(6, 4),
+         name="sparse_embedding_lookup_out_of_range_ids_give_zero_rows"),
+    case("sparse_gather_rows_backward",
+         lambda g: get("sparse_gather_rows_backward")(g, np.array([3, 0, 7, 3]), (5, 2)),
+         lambda g: _scatter_ref((5, 2), np.array([3, 0, 0, 3]), g * np.array([[1], [1], [0], [1]]), 0),
+         normal(4, 2), second_order=True),
     case(("take_along_axis", "take_along_axis_backward"),
          lambda x: F.take_along_axis(x, np.array([[0, 0, 2], [1, 1, 1]]), 1),
          lambda x: np.take_along_axis(x, np.array([[0, 0, 2], [1, 1, 1]]), 1), normal(2, 3), second_order=True),

@@ -1,0 +1,232 @@
+"""Job `widedeep`: Wide&Deep on Criteo from a YAML config.
+
+    mstrain --config configs/widedeep_criteo.yaml [train.epochs=3 data.threshold=10 optimizer.deep=adam ...]
+
+Preprocesses the Criteo TSV into record files when `data.records_dir` does not hold them for the
+configured options, trains with `Model.train` over `MindDataset` (FTRL on the wide part, Adam or
+LazyAdam on the deep part), evaluates on the test split after every epoch (one line: loss, AUC,
+logloss) and writes to `train.output_dir`: history.json, summary.json and roc.png (the ROC
+curve of the last epoch). The job returns the final test AUC and logloss.
+"""
+import os
+import time
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+import mstrain as ms
+from mstrain import Model
+from mstrain import dataset as ds
+from mstrain.config import option, section
+from mstrain.errors import ConfigError
+from mstrain.fileio import write_json_atomically
+from mstrain.log import get_logger
+from mstrain.mindrecord import RecordSet
+from mstrain.registry import register_job
+from mstrain.train.callback import Callback
+from mstrain.train.metrics import AUC
+
+from .criteo import load_vocab, preprocess_criteo
+from .roc import log_loss, plot_roc, roc_curve
+from .store import EmbeddingCacheMonitor
+from .widedeep import (WideDeep, WideDeepTrainStep, WideDeepWithLoss, parameter_count, predict_logits,
+                       sharded_train_step, wide_deep_optimizers)
+
+__all__ = ["WideDeepJobConfig", "run_widedeep", "train_widedeep"]
+
+
+@dataclass
+class CriteoData:
+    """The Criteo TSV and its preprocessed record files."""
+    source: str = option("data/criteo/criteo_train_sample.txt", "labelled Criteo TSV file (relative to cwd)")
+    records_dir: str = option("outputs/criteo_records", "directory of train/test record files and vocab.json; "
+                              "(re)built when missing or made with other options")
+    threshold: int = option(20, "min count of a categorical value in the training lines to get its own id", low=1)
+    dense_bins: int = option(16, "quantile bins per integer field for the wide part (0: none)", low=0)
+    train_fraction: float = option(0.8, "leading fraction of the lines that train; the rest test",
+                                   low=0.01, high=0.99)
+    strict: bool = option(False, "refuse the file at its first malformed line (file:line) instead of skipping")
+
+
+@dataclass
+class WideDeepModelConfig:
+    """Wide&Deep: per-id scalar weights + dense linear (wide), embeddings + MLP (deep)."""
+    embed_dim: int = option(16, "embedding width of each categorical field", low=1)
+    hidden: Tuple[int, ...] = option((256, 128, 64), "deep MLP hidden sizes (input 26 * embed_dim + 13, output 1)")
+    dropout: float = option(0.2, "dropout after each hidden layer of the deep MLP", low=0.0, high=0.99)
+    init_std: float = option(0.01, "standard deviation of the initial embeddings", low=0.0)
+    l2_wide: float = option(0.0, "L2 on the wide weights of the batch's ids", low=0.0)
+    l2_deep: float = option(0.0, "L2 on the batch's embedding rows and the MLP weights", low=0.0)
+    vocab_cache_size: int = option(0, "rows of each table in the hot-row cache the step trains (0: whole tables "
+                                   "in the step; else >= a batch's distinct ids, tables kept in the store)", low=0)
+    cache_policy: str = option("lru", "eviction of the hot-row cache", choices=("lru", "lfu"))
+    disk_dir: Optional[str] = option(None, "keep the cached tables and their optimizer state in memory-mapped "
+                                     "files here (level 3) instead of host memory")
+    shard_tables: bool = option(False, "shard both tables row-wise over the MPI ranks (run under mpiexec -n N; "
+                                "rows fetched by all-to-all); each rank trains on 1/N of the batches")
+
+
+@dataclass
+class WideDeepOptimizer:
+    """FTRL on the wide part, Adam or LazyAdam on the deep part (the model zoo's pairing)."""
+    wide_lr: float = option(0.02, "FTRL learning rate", low=0.0)
+    wide_l1: float = option(1e-8, "FTRL L1", low=0.0)
+    wide_l2: float = option(1e-8, "FTRL L2", low=0.0)
+    wide_initial_accum: float = option(1.0, "FTRL initial accumulator", low=0.0)
+    deep: str = option("lazy_adam", "deep optimizer", choices=("lazy_adam", "adam"))
+    deep_lr: float = option(5e-4, "deep optimizer learning rate", low=0.0)
+    eps: float = option(1e-8, "Adam epsilon", low=0.0)
+
+
+@dataclass
+class WideDeepTrain:
+    """Epochs, batch, seed, outputs."""
+    epochs: int = option(4, "passes over the training split", low=1)
+    batch_size: int = option(128, "samples per step", low=1)
+    seed: int = option(0, "seed of the parameters, shuffling and dropout", low=0)
+    shuffle: bool = option(True, "shuffle the training split every epoch")
+    output_dir: str = option("outputs/widedeep_criteo", "directory for history.json, summary.json, roc.png")
+
+
+@dataclass
+class WideDeepJobConfig:
+    """Config of the widedeep job."""
+    job: str = option("widedeep", "the registered job this config runs")
+    train: WideDeepTrain = section(WideDeepTrain)
+    optimizer: WideDeepOptimizer = section(WideDeepOptimizer)
+    data: CriteoData = section(CriteoData)
+    model: WideDeepModelConfig = section(WideDeepModelConfig)
+
+
+def ensure_records(data):
+    """The vocab summary of `data.records_dir`, preprocessing `data.source` first when the
+    directory lacks the files or they were made from another file or with other options."""
+    wanted = {"source": os.path.abspath(data.source), "threshold": data.threshold, "dense_bins": data.dense_bins,
+              "train_fraction": data.train_fraction}
+    vocab_path = os.path.join(data.records_dir, "vocab.json")
+    if os.path.isfile(vocab_path):
+        vocab = load_vocab(data.records_dir)
+        complete = all(os.path.isfile(os.path.join(data.records_dir, f"{p}.mindrecord")) for p in ("train", "test"))
+        if complete and all(vocab.get(k) == v for k, v in wanted.items()):
+            return vocab
+    get_logger("recommender").info("preprocessing %s into %s", data.source, data.records_dir)
+    return preprocess_criteo(data.source, data.records_dir, threshold=data.threshold, dense_bins=data.dense_bins,
+                             train_fraction=data.train_fraction, strict=data.strict)
+
+
+def _columns(vocab):
+    return ["dense", "ids"] + (["dense_ids"] if vocab["dense_bins"] else []) + ["label"]
+
+
+class EvaluateEachEpoch(Callback):
+    """After every epoch: logits on the test split, AUC and logloss, one log line."""
+
+    def __init__(self, network, test_columns, history, batch_size=4096):
+        super().__init__()
+        self.network, self.test, self.history, self.batch_size = network, test_columns, history, batch_size
+        self.last_logits = None
+
+    def on_train_epoch_end(self, run_context):
+        args = run_context.original_args()
+        start = time.perf_counter()
+        logits = predict_logits(self.network, self.test["dense"], self.test["ids"], self.test.get("dense_ids"),
+                                batch_size=self.batch_size)
+        metric = AUC()
+        metric.update(logits, self.test["label"])
+        record = {"epoch": args.cur_epoch_num, "train_loss": float(np.asarray(args.net_outputs.asnumpy())),
+                  "test_auc": float(metric.eval()), "test_logloss": log_loss(self.test["label"], logits),
+                  "eval_s": round(time.perf_counter() - start, 3)}
+        self.history.append(record)
+        self.last_logits = logits
+        get_logger("recommender").info("epoch %d: train loss %.4f, test AUC %.4f, test logloss %.4f",
+                                       record["epoch"], record["train_loss"], record["test_auc"],
+                                       record["test_logloss"])
+
+
+def train_widedeep(cfg):
+    """Train and evaluate Wide&Deep as `cfg` (a WideDeepJobConfig) says; returns the summary dict."""
+    ms.set_seed(cfg.train.seed)
+    rank, ranks = _ranks(cfg)
+    vocab = ensure_records(cfg.data) if rank == 0 else None
+    vocab = _shared(vocab, ranks)
+    columns = _columns(vocab)
+    records = cfg.data.records_dir
+    shards = dict(num_shards=ranks, shard_id=rank) if ranks > 1 else {}
+    train_set = ds.MindDataset(os.path.join(records, "train.mindrecord"), columns_list=columns,
+                               shuffle=cfg.train.shuffle, **shards).batch(cfg.train.batch_size,
+                                                                         drop_remainder=ranks > 1)
+    test_records = RecordSet(os.path.join(records, "test.mindrecord"))
+    test = test_records.gather(np.arange(test_records.num_rows), columns, as_numpy=True)
+    batch_ids = cfg.train.batch_size * (26 + 13) if cfg.model.shard_tables else 0
+    net = WideDeep(vocab["num_rows"], embed_dim=cfg.model.embed_dim, hidden=tuple(cfg.model.hidden),
+                   dropout=cfg.model.dropout, init_std=cfg.model.init_std,
+                   vocab_cache_size=min(cfg.model.vocab_cache_size, vocab["num_rows"]),
+                   cache_policy=cfg.model.cache_policy, disk_dir=cfg.model.disk_dir, shard_batch_ids=batch_ids)
+    step = _train_step(cfg, net)
+    history = []
+    evaluate = EvaluateEachEpoch(net, test, history, batch_size=cfg.train.batch_size if batch_ids else 4096)
+    cache_monitor = EmbeddingCacheMonitor(net.cached_tables())
+    start = time.perf_counter()
+    Model(step).train(cfg.train.epochs, train_set, callbacks=[evaluate, cache_monitor])
+    seconds = time.perf_counter() - start
+    if rank != 0:
+        return {"test_auc": history[-1]["test_auc"], "rank": rank}
+    return _write_outputs(cfg, vocab, history, test["label"], evaluate.last_logits, net, seconds,
+                          cache_monitor.report(), ranks)
+
+
+def _ranks(cfg):
+    if not cfg.model.shard_tables:
+        return 0, 1
+    if cfg.model.vocab_cache_size:
+        raise ConfigError("model.shard_tables and model.vocab_cache_size cannot be combined yet",
+                          key="model.shard_tables")
+    from mstrain import communication as comm
+    comm.init()
+    return comm.get_rank(), comm.get_group_size()
+
+
+def _shared(vocab, ranks):
+    """Rank 0 preprocesses; the others receive its vocabulary summary."""
+    if ranks == 1:
+        return vocab
+    from mstrain.communication import broadcast_object
+    return broadcast_object(vocab)
+
+
+def _train_step(cfg, net):
+    opt, loss = cfg.optimizer, WideDeepWithLoss(net, cfg.model.l2_wide, cfg.model.l2_deep)
+    settings = dict(wide_lr=opt.wide_lr, wide_l1=opt.wide_l1, wide_l2=opt.wide_l2,
+                    wide_initial_accum=opt.wide_initial_accum, deep_optimizer=opt.deep, deep_lr=opt.deep_lr,
+                    eps=opt.eps)
+    if cfg.model.shard_tables:
+        return sharded_train_step(net, loss, **settings)
+    return WideDeepTrainStep(loss, *wide_deep_optimizers(net, **settings))
+
+
+def _write_outputs(cfg, vocab, history, labels, logits, net, seconds, cache_statistics, ranks):
+    out = cfg.train.output_dir
+    os.makedirs(out, exist_ok=True)
+    fpr, tpr = roc_curve(labels, logits)
+    plot_roc(os.path.join(out, "roc.png"), [(fpr, tpr)])
+    last = history[-1]
+    summary = {"test_auc": last["test_auc"], "test_logloss": last["test_logloss"], "epochs": len(history),
+               "train_rows": vocab["train_rows"], "test_rows": vocab["test_rows"], "table_rows": vocab["num_rows"],
+               "parameters": parameter_count(net), "train_seconds": round(seconds, 2),
+               "samples_per_s": round(vocab["train_rows"] * len(history) / seconds, 1), "ranks": ranks,
+               "output_dir": out}
+    if cache_statistics:
+        summary["embedding_cache"] = cache_statistics
+    write_json_atomically(os.path.join(out, "history.json"), history)
+    write_json_atomically(os.path.join(out, "summary.json"), summary)
+    get_logger("recommender").info("widedeep: test AUC %.4f, logloss %.4f after %d epoch(s); ROC curve in %s",
+                                   summary["test_auc"], summary["test_logloss"], len(history),
+                                   os.path.join(out, "roc.png"))
+    return summary
+
+
+@register_job("widedeep", schema=WideDeepJobConfig)
+def run_widedeep(cfg):
+    """Wide&Deep on the Criteo sample: FTRL wide, LazyAdam deep; test AUC and logloss per epoch."""
+    return train_widedeep(cfg)

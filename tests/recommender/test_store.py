@@ -1,0 +1,97 @@
+"""The embedding store: with a small hot-row cache, with LRU or LFU eviction and with the disk
+level, training gives the same losses and table as one whole in-memory table."""
+import numpy as np
+import pytest
+
+import mstrain as ms
+from mstrain import Tensor, nn
+from mstrain.errors import ConfigError
+from mstrain.recommender.store import CachedEmbeddingLookup
+
+ROWS, DIM, FIELDS, BATCH = 500, 4, 3, 8
+
+
+class _Head(nn.Cell):
+    """loss = mean((sum over fields of emb(ids) . u - y)^2) with a fixed u: only the table trains."""
+
+    def __init__(self, embedding):
+        super().__init__()
+        self.embedding = embedding
+        self.u = Tensor(np.linspace(-1.0, 1.0, DIM).astype(np.float32))
+
+    def construct(self, ids, y):
+        scores = (self.embedding(ids) * self.u).sum(axis=(1, 2))
+        return ((scores - y) ** 2).mean()
+
+
+def _batches(steps, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = (rng.zipf(1.3, size=(steps, BATCH, FIELDS)) - 1) % ROWS
+    ids[:, 0, 0] = ROWS + 3  # an out-of-range id in every batch: a zero row, no gradient
+    return ids.astype(np.int32), rng.normal(size=(steps, BATCH)).astype(np.float32)
+
+
+def _train(embedding, make_optimizer, steps):
+    optimizer = make_optimizer(embedding.trainable_params())
+    if isinstance(embedding, CachedEmbeddingLookup):
+        embedding.attach_optimizer(optimizer)
+    step = nn.TrainOneStepCell(_Head(embedding), optimizer)
+    ids, ys = _batches(steps)
+    return [float(step(Tensor(i), Tensor(y)).asnumpy()) for i, y in zip(ids, ys)]
+
+
+OPTIMIZERS = {
+    "lazy_adam": lambda params: nn.LazyAdam(params, learning_rate=0.01),
+    "ftrl": lambda params: nn.FTRL(params, learning_rate=0.1, l1=1e-3, l2=1e-3),
+    "adagrad": lambda params: nn.Adagrad(params, learning_rate=0.05),
+}
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+@pytest.mark.parametrize("policy,capacity,disk", [("lru", BATCH * FIELDS, False), ("lfu", 40, False),
+                                                  ("lru", 64, True)])
+def test_cached_training_equals_the_whole_table(tmp_path, optimizer, policy, capacity, disk):
+    init = np.random.default_rng(1).normal(scale=0.1, size=(ROWS, DIM)).astype(np.float32)
+    whole = nn.EmbeddingLookup(ROWS, DIM, param_init=init)
+    reference = _train(whole, OPTIMIZERS[optimizer], 100)
+    cached = CachedEmbeddingLookup(ROWS, DIM, vocab_cache_size=capacity, param_init=init, cache_policy=policy,
+                                   disk_dir=str(tmp_path / "store") if disk else None)
+    losses = _train(cached, OPTIMIZERS[optimizer], 100)
+    np.testing.assert_allclose(losses, reference, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(cached.full_table(), whole.embedding_table.asnumpy(), rtol=0, atol=1e-6)
+    stats = cached.statistics
+    assert stats.rows_out > 0 and stats.hits > 0 and stats.rows_in == stats.misses
+    if disk:
+        assert (tmp_path / "store" / "values.f32").stat().st_size == ROWS * DIM * 4
+
+
+def test_lru_and_lfu_evict_what_they_say():
+    init = np.zeros((10, 2), np.float32)
+    lru = CachedEmbeddingLookup(10, 2, vocab_cache_size=3, param_init=init, cache_policy="lru")
+    lfu = CachedEmbeddingLookup(10, 2, vocab_cache_size=3, param_init=init, cache_policy="lfu")
+    for cache in (lru, lfu):
+        for ids in ([1], [1], [1], [2], [3], [4]):  # 1 is used most, least recently of the three
+            cache.make_resident(np.array(ids))
+    assert sorted(lru.row_of_slot.tolist()) == [2, 3, 4]  # LRU dropped 1
+    assert sorted(lfu.row_of_slot.tolist()) == [1, 3, 4]  # LFU dropped 2 (one use, older than 3)
+    assert lru.statistics.as_dict()["hit_rate"] == pytest.approx(2 / 6)
+
+
+def test_capacity_below_a_batch_is_refused():
+    cache = CachedEmbeddingLookup(100, 2, vocab_cache_size=4)
+    with pytest.raises(ConfigError, match="5 distinct rows but vocab_cache_size is 4"):
+        cache.make_resident(np.arange(5))
+    with pytest.raises(ConfigError, match="vocab_cache_size"):
+        CachedEmbeddingLookup(100, 2, vocab_cache_size=0)
+
+
+def test_evaluation_reads_rows_beyond_the_cache_capacity():
+    init = np.random.default_rng(2).normal(size=(ROWS, DIM)).astype(np.float32)
+    cached = CachedEmbeddingLookup(ROWS, DIM, vocab_cache_size=30, param_init=init)
+    _train(cached, OPTIMIZERS["lazy_adam"], 5)
+    cached.set_train(False)
+    everything = np.arange(-1, ROWS + 1)
+    rows = cached(Tensor(everything)).asnumpy()
+    np.testing.assert_array_equal(rows[1:-1], cached.full_table())
+    np.testing.assert_array_equal(rows[[0, -1]], 0.0)
+    assert not np.array_equal(cached.full_table(), init)  # the trained rows are the ones read
