@@ -78,7 +78,7 @@ class TrainLoop:
     def _round_trip(self, steps):
         args, ctx = self.args, self.run_context
         self.callbacks.on_train_step_begin(ctx)
-        outputs = _per_step(self.runner.run(self.feed.take(steps)))
+        outputs = _per_step(self.runner.run(_keep_last(self.feed.take(steps), args)))
         if not outputs:
             raise RuntimeError(f"{type(self.runner).__name__}.run returned no step outputs for {steps} steps")
         args.step_outputs = outputs
@@ -86,6 +86,13 @@ class TrainLoop:
         args.cur_step_num += steps
         args.cur_step_in_epoch += steps
         self.callbacks.on_train_step_end(ctx)
+
+
+def _keep_last(batches, args):
+    """The batches, each left in `args.last_batch` as the runner takes it (summaries read it)."""
+    for batch in batches:
+        args.last_batch = batch
+        yield batch
 
 
 def _per_step(outputs):
