@@ -113,6 +113,7 @@ class _Dispatch:
     """
     tracer = None
     strategy = None
+    profiler = None  # mstrain.profiler's recorder while a Profiler runs: it times each eager call
 
 
 dispatch = _Dispatch()
@@ -127,6 +128,12 @@ def _run(prim, inputs, attrs):
     tracer = dispatch.tracer
     if tracer is not None:
         return tracer.apply(prim, inputs, attrs)
+    if dispatch.profiler is not None:
+        return dispatch.profiler.run_op(prim, inputs, attrs, _eager)
+    return _eager(prim, inputs, attrs)
+
+
+def _eager(prim, inputs, attrs):
     out = prim.impl(*[x._data if isinstance(x, Tensor) else x for x in inputs], **attrs)
     if prim.num_outputs == 1:
         result = Tensor._wrap(out)
