@@ -46,6 +46,27 @@ extern "C" void ms_loop(const Instr* prog, int64_t count, int64_t steps, int64_t
   }
 }
 
+/* ms_loop with each instruction timed: kernel_seconds[i] accumulates instruction i over all steps */
+extern "C" void ms_loop_timed(const Instr* prog, int64_t count, int64_t steps, int64_t n_inputs,
+                              void* const* dst, const int64_t* nbytes, void* const* src,
+                              const void* loss, int64_t loss_is_double, double* losses, double* seconds,
+                              double* kernel_seconds) {
+  for (int64_t s = 0; s < steps; ++s) {
+    const double start = now();
+    for (int64_t k = 0; k < n_inputs; ++k) std::memcpy(dst[k], src[s * n_inputs + k], nbytes[k]);
+    double mark = now();
+    for (int64_t i = 0; i < count; ++i) {
+      prog[i].fn(prog[i].p, prog[i].n);
+      const double after = now();
+      kernel_seconds[i] += after - mark;
+      mark = after;
+    }
+    if (losses) losses[s] = loss_is_double ? *static_cast<const double*>(loss)
+                                           : static_cast<double>(*static_cast<const float*>(loss));
+    if (seconds) seconds[s] = now() - start;
+  }
+}
+
 /* numpy's BLAS: cblas_?gemm with 64-bit integers (ILP64, numpy's default build) or 32-bit ones. */
 typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t,
                           const float*, int64_t, float, float*, int64_t);
@@ -132,6 +153,7 @@ def runtime():
         library.ms_loop.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                     ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+        library.ms_loop_timed.argtypes = library.ms_loop.argtypes + [ctypes.c_void_p]
         blas = _numpy_blas()
         if blas is not None:
             library.ms_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]), ctypes.c_int64(blas[2]))
@@ -233,9 +255,10 @@ class NativeProgram:
         """One step."""
         self._run(self._address, self.count)
 
-    def loop(self, input_buffers, batches, loss, losses, seconds=None):
+    def loop(self, input_buffers, batches, loss, losses, seconds=None, kernel_seconds=None):
         """len(batches) steps: copy each batch into `input_buffers`, run, store the loss (and
-        each step's wall time in `seconds`, a float64 array, when given)."""
+        each step's wall time in `seconds`, a float64 array, when given). `kernel_seconds` (float64,
+        one entry per kernel) makes the C loop add each kernel's time into it (the profiler)."""
         steps, n_inputs = len(batches), len(input_buffers)
         sources = (ctypes.c_void_p * max(1, steps * n_inputs))()
         kept = []
@@ -247,6 +270,10 @@ class NativeProgram:
                 sources[s * n_inputs + k] = value.ctypes.data
         targets = (ctypes.c_void_p * max(1, n_inputs))(*[b.ctypes.data for b in input_buffers])
         sizes = (ctypes.c_int64 * max(1, n_inputs))(*[b.nbytes for b in input_buffers])
-        self._loop(self._address, self.count, steps, n_inputs, ctypes.addressof(targets), ctypes.addressof(sizes),
-                   ctypes.addressof(sources), loss.ctypes.data, int(loss.dtype == np.float64),
-                   losses.ctypes.data, None if seconds is None else seconds.ctypes.data)
+        arguments = (self._address, self.count, steps, n_inputs, ctypes.addressof(targets), ctypes.addressof(sizes),
+                     ctypes.addressof(sources), loss.ctypes.data, int(loss.dtype == np.float64),
+                     losses.ctypes.data, None if seconds is None else seconds.ctypes.data)
+        if kernel_seconds is None:
+            self._loop(*arguments)
+        else:
+            runtime().ms_loop_timed(*arguments, kernel_seconds.ctypes.data)

@@ -10,10 +10,12 @@ returning to the caller (loop sink), so a resumed run repeats an uninterrupted o
 A network whose step cannot be traced (it takes Python decisions on tensor values, e.g. a
 custom loss-scale update cell deciding on the host) runs eagerly step by step, after a warning.
 """
+import time
 import warnings
 
 import numpy as np
 
+from ..ops.primitive import dispatch
 from ..tensor import Tensor
 from ..graph.trace import TracingError
 from ..log import get_logger
@@ -134,14 +136,32 @@ class GraphSinkRunner:
         executable._check_residents()
         loss = executable.output_arrays()[_loss_position(entry)]
         program = executable.native()
+        profiler = dispatch.profiler
+        kernel_seconds = None if profiler is None else profiler.kernel_seconds_for(executable)
+        started = time.perf_counter_ns()
         if program is not None and isinstance(loss, np.ndarray) and loss.dtype in (np.float32, np.float64):
-            program.loop(executable._input_buffers, batches, loss, losses, seconds)
-            return
-        load, step = executable.load_inputs, executable.step
-        for k, batch in enumerate(batches):
-            load(batch)
+            program.loop(executable._input_buffers, batches, loss, losses, seconds, kernel_seconds)
+        else:
+            _python_loop(executable, batches, loss, losses, seconds, kernel_seconds)
+        if profiler is not None:
+            profiler.add_compiled_run(executable, kernel_seconds, seconds, started)
+
+
+def _python_loop(executable, batches, loss, losses, seconds, kernel_seconds):
+    """The loop sink without the C runtime; with `kernel_seconds`, each kernel timed (profiler)."""
+    load, step = executable.load_inputs, executable.step
+    for k, batch in enumerate(batches):
+        start = time.perf_counter()
+        load(batch)
+        if kernel_seconds is None:
             step()
-            losses[k] = loss
+        else:
+            for i, kernel in enumerate(executable.plan):
+                before = time.perf_counter()
+                kernel()
+                kernel_seconds[i] += time.perf_counter() - before
+        losses[k] = loss
+        seconds[k] = time.perf_counter() - start
 
 
 def _loss_position(entry):
