@@ -152,7 +152,10 @@ def _run_config(config, overrides, flags):
             _print_config(loaded, with_help="help" in flags)
         return 0
     get_logger().debug("running job %s from %s", loaded.job.name, loaded.source)
-    result = loaded.job.run(loaded.cfg)
+    from .observe import observed_run
+    with observed_run(loaded.cfg) as finish:
+        result = loaded.job.run(loaded.cfg)
+        finish(result)
     if is_main_process():
         print(f"{loaded.job.name}: " + json.dumps(_jsonable(result or {}), sort_keys=True))
     return 0

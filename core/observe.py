@@ -1,0 +1,104 @@
+"""Observability of a job run from a config, in one place for every job (the CLI calls `observed_run`).
+
+Config keys (in every job's schema, `mstrain.config.schema.JobConfig`):
+    profile=true          a Profiler around the whole job: <run dir>/profiler/
+    summary_freq=N        a SummaryCollector on every Model.train of the job: <run dir>/summary/,
+                          with the composed config as the text summary 'config'
+
+The run directory is `<train.output_dir>/<job>`; it also receives config.yaml (the composed
+config) and result.json (what the job returned), so `mstrain report <run dir>` can show the run.
+Callbacks registered here are added by `Model.train`/`Model.fit` to the user's callbacks
+(`ambient_callbacks`), so jobs need no code for it.
+"""
+import contextlib
+import dataclasses
+import json
+import os
+
+__all__ = ["observed_run", "ambient_callbacks", "run_dir_of"]
+
+_AMBIENT = []
+
+
+def ambient_callbacks():
+    """Callbacks every Model.train/fit of the current observed run adds (none outside one)."""
+    return list(_AMBIENT)
+
+
+def run_dir_of(cfg):
+    return os.path.join(cfg.train.output_dir, cfg.job or "run")
+
+
+def _config_text(cfg):
+    import yaml
+    return yaml.safe_dump(_plain(dataclasses.asdict(cfg)), sort_keys=False)
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@contextlib.contextmanager
+def observed_run(cfg):
+    """Set up what the config's observability keys ask for around one job run; yields a function
+    `finish(result)` that writes result.json (and the profiler's files)."""
+    from .fileio import write_bytes_atomically, write_json_atomically
+    from .log import is_main_process
+
+    profile = bool(getattr(cfg, "profile", False))
+    summary_freq = int(getattr(cfg, "summary_freq", 0) or 0)
+    if not profile and not summary_freq:
+        yield lambda result: None
+        return
+    run_dir = run_dir_of(cfg)
+    os.makedirs(run_dir, exist_ok=True)
+    text = _config_text(cfg)
+    if is_main_process():
+        write_bytes_atomically(os.path.join(run_dir, "config.yaml"), text.encode("utf-8"))
+    profiler = collector = None
+    if summary_freq:
+        from .summary import SummaryCollector
+        collector = SummaryCollector(os.path.join(run_dir, "summary", _rank_folder()), collect_freq=summary_freq)
+        collector.add_text("config", text)
+        _AMBIENT.append(collector)
+    if profile:
+        from .profiler import Profiler
+        profiler = Profiler(output_path=run_dir)
+
+    def finish(result):
+        if is_main_process():
+            write_json_atomically(os.path.join(run_dir, "result.json"), _jsonable(result or {}))
+
+    try:
+        yield finish
+    finally:
+        if collector is not None:
+            _AMBIENT.remove(collector)
+            collector.close()
+        if profiler is not None:
+            profiler.analyse()
+
+
+def _rank_folder():
+    from .profiler.profiler import _rank_and_size
+    rank, size = _rank_and_size()
+    return "" if size == 1 else f"rank{rank}"
+
+
+def _jsonable(value):
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        if isinstance(value, dict):
+            return {str(k): _jsonable(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_jsonable(v) for v in value]
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return str(value)
