@@ -26,12 +26,13 @@ VERBS = {
     "data": "mstrain.mindrecord.cli:main",
     "plan": "mstrain.parallel.cli:main plan",
     "ckpt": "mstrain.parallel.cli:main ckpt",
+    "dump": "mstrain.dump.compare:main",
 }
 
 USAGE = """\
 usage: mstrain --config FILE [key=value ...] [--print-config] [--help]
        mstrain list
-       mstrain data ...   | plan ... | ckpt ...
+       mstrain data ...   | plan ... | ckpt ... | dump compare RUN_A RUN_B
 
 Train a model from a YAML config, in the spirit of MindSpore's model zoo.
 
@@ -47,6 +48,7 @@ verbs:
   list                runnable configs with their one-line description
   data                record files (convert, inspect): mstrain data --help
   plan, ckpt          parallel plans and checkpoint resharding: mstrain plan --help
+  dump compare A B    the first op whose dumped tensors differ between two runs (dump=FILE)
 
 examples:
   mstrain list

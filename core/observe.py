@@ -4,6 +4,7 @@ Config keys (in every job's schema, `mstrain.config.schema.JobConfig`):
     profile=true          a Profiler around the whole job: <run dir>/profiler/
     summary_freq=N        a SummaryCollector on every Model.train of the job: <run dir>/summary/,
                           with the composed config as the text summary 'config'
+    dump=FILE             a Dumper (mstrain.dump) with that dump config around the job
 
 The run directory is `<train.output_dir>/<job>`; it also receives config.yaml (the composed
 config) and result.json (what the job returned), so `mstrain report <run dir>` can show the run.
@@ -51,9 +52,18 @@ def observed_run(cfg):
 
     profile = bool(getattr(cfg, "profile", False))
     summary_freq = int(getattr(cfg, "summary_freq", 0) or 0)
-    if not profile and not summary_freq:
+    dump = getattr(cfg, "dump", "") or ""
+    if profile and dump:
+        from .errors import ConfigError
+        raise ConfigError("profile=true and dump=... cannot run together (dumping would be profiled); "
+                          "choose one", key="dump")
+    if not profile and not summary_freq and not dump:
         yield lambda result: None
         return
+    dumper = None
+    if dump:
+        from .dump import Dumper
+        dumper = Dumper(dump)  # reads and checks the dump config before anything starts
     run_dir = run_dir_of(cfg)
     os.makedirs(run_dir, exist_ok=True)
     text = _config_text(cfg)
@@ -68,6 +78,8 @@ def observed_run(cfg):
     if profile:
         from .profiler import Profiler
         profiler = Profiler(output_path=run_dir)
+    if dumper is not None:
+        dumper.start()
 
     def finish(result):
         if is_main_process():
@@ -81,6 +93,8 @@ def observed_run(cfg):
             collector.close()
         if profiler is not None:
             profiler.analyse()
+        if dumper is not None:
+            dumper.stop()
 
 
 def _rank_folder():
