@@ -27,12 +27,13 @@ VERBS = {
     "plan": "mstrain.parallel.cli:main plan",
     "ckpt": "mstrain.parallel.cli:main ckpt",
     "dump": "mstrain.dump.compare:main",
+    "report": "mstrain.report:main",
 }
 
 USAGE = """\
 usage: mstrain --config FILE [key=value ...] [--print-config] [--help]
        mstrain list
-       mstrain data ...   | plan ... | ckpt ... | dump compare RUN_A RUN_B
+       mstrain data ...   | plan ... | ckpt ... | dump compare RUN_A RUN_B | report RUN_DIR
 
 Train a model from a YAML config, in the spirit of MindSpore's model zoo.
 
@@ -49,6 +50,7 @@ verbs:
   data                record files (convert, inspect): mstrain data --help
   plan, ckpt          parallel plans and checkpoint resharding: mstrain plan --help
   dump compare A B    the first op whose dumped tensors differ between two runs (dump=FILE)
+  report RUN_DIR      one HTML page of a run (curves, profiler tables, folded graph, config)
 
 examples:
   mstrain list

@@ -7,7 +7,8 @@ Config keys (in every job's schema, `mstrain.config.schema.JobConfig`):
     dump=FILE             a Dumper (mstrain.dump) with that dump config around the job
 
 The run directory is `<train.output_dir>/<job>`; it also receives config.yaml (the composed
-config) and result.json (what the job returned), so `mstrain report <run dir>` can show the run.
+config), result.json (what the job returned) and graph.json / repeated_subgraphs.json (the forward
+graph captured on the first step, with Cell scopes), so `mstrain report <run dir>` can show the run.
 Callbacks registered here are added by `Model.train`/`Model.fit` to the user's callbacks
 (`ambient_callbacks`), so jobs need no code for it.
 """
@@ -75,6 +76,9 @@ def observed_run(cfg):
         collector = SummaryCollector(os.path.join(run_dir, "summary", _rank_folder()), collect_freq=summary_freq)
         collector.add_text("config", text)
         _AMBIENT.append(collector)
+    if is_main_process():
+        from .report import GraphCapture
+        _AMBIENT.append(GraphCapture(run_dir))
     if profile:
         from .profiler import Profiler
         profiler = Profiler(output_path=run_dir)
@@ -89,8 +93,8 @@ def observed_run(cfg):
         yield finish
     finally:
         if collector is not None:
-            _AMBIENT.remove(collector)
             collector.close()
+        del _AMBIENT[:]
         if profiler is not None:
             profiler.analyse()
         if dumper is not None:

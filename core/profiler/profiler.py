@@ -123,13 +123,14 @@ def _barrier():
 # ---- analysis ------------------------------------------------------------------------------------
 
 def op_table(recorder):
-    """Per op and per op type: count, total_s, mean_s, share (of all steps' time, or of all op time)."""
+    """Per op and per op type: count, total_s, mean_s, share (of the steps' time plus the op time
+    outside steps, e.g. evaluation; of all op time when no step was recorded)."""
     rows = [{"name": name, "type": op_type, "count": count, "total_s": ns / 1e9, "ops_inside": []}
             for (name, op_type), (count, ns) in recorder.ops.items()]
     rows += [{"name": name, "type": op_type, "count": count, "total_s": seconds, "ops_inside": inside}
              for name, op_type, count, seconds, inside in recorder.kernels.values()]
     step_total = sum(s["total"] for s in recorder.steps)
-    base = step_total or sum(r["total_s"] for r in rows) or 1.0
+    base = (step_total + recorder.outside_steps_ns / 1e9 if step_total else sum(r["total_s"] for r in rows)) or 1.0
     for row in rows:
         row["mean_s"] = row["total_s"] / max(row["count"], 1)
         row["share"] = row["total_s"] / base
@@ -142,7 +143,7 @@ def op_table(recorder):
     types = [{"type": t, **v, "mean_s": v["total_s"] / max(v["count"], 1), "share": v["total_s"] / base}
              for t, v in by_type.items()]
     types.sort(key=lambda r: -r["total_s"])
-    return {"ops": rows, "op_types": types, "share_of": "step time" if step_total else "op time"}
+    return {"ops": rows, "op_types": types, "share_of": "run time" if step_total else "op time"}
 
 
 def step_trace(recorder):

@@ -48,6 +48,7 @@ class Recorder:
         self.steps = []                     # per-step dicts of phase -> seconds, plus 'total'
         self.step_start = None
         self.pending_steps = []             # eager steps of the current round trip
+        self.outside_steps_ns = 0           # op time outside training steps (evaluation)
         self.events = []                    # (name, category, thread id, start_ns, duration_ns)
         self.threads = {}                   # thread id -> track name
         self.kernels = {}                   # (plan id, index) -> [kernel name, op type, calls, seconds]
@@ -70,6 +71,8 @@ class Recorder:
         entry[0] += 1
         entry[1] += end - start
         self.phase_ns[phase] += end - start
+        if self.step_start is None:
+            self.outside_steps_ns += end - start  # evaluation, or work between round trips
         self._event(name, phase, self.main_thread, start, end - start)
         return result
 
