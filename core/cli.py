@@ -28,12 +28,13 @@ VERBS = {
     "ckpt": "mstrain.parallel.cli:main ckpt",
     "dump": "mstrain.dump.compare:main",
     "report": "mstrain.report:main",
+    "lineage": "mstrain.lineage:main",
 }
 
 USAGE = """\
 usage: mstrain --config FILE [key=value ...] [--print-config] [--help]
        mstrain list
-       mstrain data ...   | plan ... | ckpt ... | dump compare RUN_A RUN_B | report RUN_DIR
+       mstrain data ...   | plan ... | ckpt ... | dump compare RUN_A RUN_B | report RUN_DIR | lineage RUN_DIR...
 
 Train a model from a YAML config, in the spirit of MindSpore's model zoo.
 
@@ -51,6 +52,7 @@ verbs:
   plan, ckpt          parallel plans and checkpoint resharding: mstrain plan --help
   dump compare A B    the first op whose dumped tensors differ between two runs (dump=FILE)
   report RUN_DIR      one HTML page of a run (curves, profiler tables, folded graph, config)
+  lineage RUN_DIR...  runs side by side: the config keys that differ, data changes, metrics
 
 examples:
   mstrain list

@@ -8,7 +8,8 @@ Config keys (in every job's schema, `mstrain.config.schema.JobConfig`):
 
 The run directory is `<train.output_dir>/<job>`; it also receives config.yaml (the composed
 config), result.json (what the job returned) and graph.json / repeated_subgraphs.json (the forward
-graph captured on the first step, with Cell scopes), so `mstrain report <run dir>` can show the run.
+graph captured on the first step, with Cell scopes) and lineage.json (mstrain.lineage), so
+`mstrain report <run dir>` and `mstrain lineage <run dirs>` can show the run.
 Callbacks registered here are added by `Model.train`/`Model.fit` to the user's callbacks
 (`ambient_callbacks`), so jobs need no code for it.
 """
@@ -77,8 +78,10 @@ def observed_run(cfg):
         collector.add_text("config", text)
         _AMBIENT.append(collector)
     if is_main_process():
+        from .lineage import LineageRecorder
         from .report import GraphCapture
         _AMBIENT.append(GraphCapture(run_dir))
+        _AMBIENT.append(LineageRecorder(run_dir, config=_plain(dataclasses.asdict(cfg))))
     if profile:
         from .profiler import Profiler
         profiler = Profiler(output_path=run_dir)
@@ -87,7 +90,11 @@ def observed_run(cfg):
 
     def finish(result):
         if is_main_process():
-            write_json_atomically(os.path.join(run_dir, "result.json"), _jsonable(result or {}))
+            from .lineage import update_lineage
+            result = _jsonable(result or {})
+            write_json_atomically(os.path.join(run_dir, "result.json"), result)
+            numbers = {k: v for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            update_lineage(run_dir, metrics=numbers, config=_plain(dataclasses.asdict(cfg)))
 
     try:
         yield finish
