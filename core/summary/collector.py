@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 
+from ..ops.summary_ops import take_summaries
 from ..train.callback import Callback
 from ..train.callback._callback import loss_value
 from .record import SummaryRecord
@@ -101,11 +102,15 @@ class SummaryCollector(Callback):
             self._record.add_value("text", tag, text)
         self._record.record(args.cur_step_num)
 
+    def on_train_step_begin(self, run_context):
+        take_summaries()  # values written outside training steps (evaluation) are not this step's
+
     def on_train_step_end(self, run_context):
         args = run_context.original_args()
         outputs = args.step_outputs or [args.net_outputs]
         first = args.cur_step_num - len(outputs) + 1
         record = self._record
+        self._record_summary_ops(take_summaries(), first, len(outputs))
         if self._specified["collect_metric"]:
             for i, out in enumerate(outputs):
                 step = first + i
@@ -136,6 +141,20 @@ class SummaryCollector(Callback):
             self._record.close()
             self._record = None
 
+    def _record_summary_ops(self, entries, first, steps):
+        """Values of summary operators: each tag's k-th value of a round trip of `steps` steps is
+        step first + k (several calls per step: spread evenly over the steps)."""
+        by_step = {}
+        for (kind, tag), values in _per_tag(entries).items():
+            per_step = max(1, len(values) // steps)
+            for k, value in enumerate(values):
+                by_step.setdefault(first + min(k // per_step, steps - 1), []).append((kind, tag, value))
+        for step in sorted(by_step):
+            if self._due(step, self.collect_freq):
+                for kind, tag, value in by_step[step]:
+                    self._record.add_value(kind, tag, value)
+                self._record.record(step)
+
     @staticmethod
     def _due(step, freq):
         return step == 1 or step % freq == 0
@@ -163,6 +182,13 @@ class SummaryCollector(Callback):
             image = _image_of(batch[0])
             if image is not None:
                 self._record.add_value("image", "input_data", image)
+
+
+def _per_tag(entries):
+    tags = {}
+    for kind, tag, value in entries:
+        tags.setdefault((kind, tag), []).append(value)
+    return {(kind, tag): values for (kind, tag), values in tags.items()}
 
 
 def _gradients(network, loss_fn, params, batch):

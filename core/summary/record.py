@@ -6,7 +6,8 @@
         record.add_value("image", "inputs", images_nchw)
         record.record(step)
 
-Values wait in a buffer until `record(step)` writes them as one Event with that step (TensorBoard
+Values wait in a buffer until `record(step)` writes them as one Event with that step, together with
+the values of summary operators (ops.ScalarSummary, ...) run since the last record (TensorBoard
 reads it with `tensorboard --logdir ./summary`; `mstrain.summary.read_events` reads it back).
 """
 import os
@@ -153,6 +154,9 @@ class SummaryRecord:
         """Write the buffered values as one Event at `step`; returns True when something was written."""
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
             raise ValueError(f"SummaryRecord.record: step must be an int, got {step!r}")
+        from ..ops.summary_ops import take_summaries
+        for kind, tag, value in take_summaries():  # values of summary ops run since the last record
+            self.add_value(kind, tag, value)
         pending, self._pending = self._pending, []
         if plugin_filter is not None:
             pending = [(p, e) for p, e in pending if plugin_filter(p)]
