@@ -3,7 +3,7 @@
 `install(recorder)` wraps `autograd.backward` ('backward'), `Optimizer.__call__` ('optimizer') and
 `DistributedGradReducer.__call__` ('communication': the wait for the asynchronous all-reduce,
 beyond the ops it runs) so that the recorder attributes each op call to its phase; `uninstall`
-puts the originals back.
+puts the originals back. The dataset nodes' row generators are timed too (`pipeline.py`).
 """
 import time
 
@@ -36,6 +36,8 @@ def install(recorder):
     targets = [(autograd, "backward", "backward", False),
                (Optimizer, "__call__", "optimizer", False),
                (DistributedGradReducer, "__call__", "communication", True)]
+    from . import pipeline
+    pipeline.install(recorder)
     for owner, name, phase, timed in targets:
         had_own = name in vars(owner)
         original = getattr(owner, name) if had_own or owner is not Optimizer else Cell.__call__
@@ -44,6 +46,8 @@ def install(recorder):
 
 
 def uninstall():
+    from . import pipeline
+    pipeline.uninstall()
     while _saved:
         owner, name, original, had_own = _saved.pop()
         if had_own:

@@ -9,6 +9,8 @@ Files (under `<output_path>/profiler/`):
     rank<r>/step_trace.json     every step's breakdown: data_wait, forward, backward, optimizer,
                                 communication, host_overhead, total (seconds)
     rank<r>/timeline.json       Chrome trace events (chrome://tracing, ui.perfetto.dev)
+    rank<r>/pipeline.json       the input pipeline: per dataset operation rows, own time, rows/s,
+                                worker utilisation, and the bottleneck in one sentence
     timeline.json, summary.json all ranks merged (written by rank 0; one track group per rank)
 
 Eager op calls are timed at the single dispatch point; compiled plans report per-kernel times
@@ -23,6 +25,7 @@ import time
 from ..fileio import write_json_atomically
 from ..ops.primitive import dispatch
 from . import phases
+from .pipeline import pipeline_report
 from .recorder import PHASES, Recorder
 
 __all__ = ["Profiler", "active_profiler"]
@@ -100,7 +103,9 @@ class Profiler:
         write_json_atomically(os.path.join(rank_dir, "op_statistic.json"), table)
         write_json_atomically(os.path.join(rank_dir, "step_trace.json"), steps)
         write_json_atomically(os.path.join(rank_dir, "timeline.json"), {"traceEvents": trace_events(recorder)})
-        self._result = {"rank": rank, "ops": table, "steps": steps}
+        pipeline = pipeline_report(recorder)
+        write_json_atomically(os.path.join(rank_dir, "pipeline.json"), pipeline)
+        self._result = {"rank": rank, "ops": table, "steps": steps, "pipeline": pipeline}
         if size > 1:
             _barrier()
         if rank == 0:

@@ -53,6 +53,7 @@ class Recorder:
         self.threads = {}                   # thread id -> track name
         self.kernels = {}                   # (plan id, index) -> [kernel name, op type, calls, seconds]
         self.dropped_events = 0
+        self.dataset = {}                   # id(dataset node) -> [label, rows, inclusive_ns, child ids]
         self._lock = threading.Lock()
 
     # ---- eager ops ---------------------------------------------------------------------------------
@@ -180,6 +181,16 @@ class Recorder:
             total = int((seconds + overhead_each) * 1e9 + by_phase["data_wait"])
             self._add_step(cursor, total, by_phase)
             cursor += total
+
+    # ---- dataset pipeline ---------------------------------------------------------------------------
+    def dataset_stats(self, node, label, children):
+        """The mutable [label, rows, inclusive_ns, child ids] entry of a dataset node."""
+        with self._lock:
+            entry = self.dataset.get(id(node))
+            if entry is None:
+                entry = self.dataset[id(node)] = [label, 0, 0, children]
+                self._keep_nodes = getattr(self, "_keep_nodes", []) + [node]  # ids stay unique
+            return entry
 
     # ---- dataset workers ---------------------------------------------------------------------------
     def worker_task(self, fn, name):

@@ -54,6 +54,7 @@ def load_run(run_dir):
             "result": _read_json(os.path.join(run_dir, "result.json")),
             "ops": _read_json(os.path.join(prof, "op_statistic.json")),
             "steps": _read_json(os.path.join(prof, "step_trace.json")),
+            "pipeline": _read_json(os.path.join(prof, "pipeline.json")),
             "graph": _read_json(os.path.join(run_dir, "graph.json")),
             "groups": _read_json(os.path.join(run_dir, "repeated_subgraphs.json"))}
 
@@ -155,6 +156,21 @@ def _ops_section(ops, limit=40):
             + "<h2>Profiler: ops</h2>" + table(ops["ops"], "name", "op-table"))
 
 
+def _pipeline_section(pipeline):
+    if not pipeline or not pipeline.get("ops"):
+        return ""
+    def rate(op):
+        return "" if op["rows_per_s"] is None else f"{op['rows_per_s']:.0f}"
+    rows = "".join(f'<tr><td class="name">{html.escape(op["op"])}</td><td>{op["rows"]}</td>'
+                   f'<td>{1e3 * op["own_s"]:.3f}</td><td>{rate(op)}</td></tr>' for op in pipeline["ops"])
+    workers = "".join(f'<tr><td class="name">{html.escape(name)}</td><td>{100 * share:.0f}%</td></tr>'
+                      for name, share in sorted(pipeline.get("workers", {}).items()))
+    sentence = f'<p id="bottleneck"><b>{html.escape(pipeline["sentence"])}</b></p>' if pipeline.get("sentence") else ""
+    return (f'<h2>Input pipeline</h2>{sentence}<table id="pipeline"><tr><th class="name">operation</th>'
+            f'<th>rows</th><th>own ms</th><th>rows/s it can deliver</th></tr>{rows}</table>'
+            + (f'<table><tr><th class="name">thread</th><th>busy</th></tr>{workers}</table>' if workers else ""))
+
+
 def _tree_html(node):
     ops = f'<div class="ops">{html.escape(", ".join(node["ops"]))}</div>' if node["ops"] else ""
     inner = ops + "".join(_tree_html(c) for c in node["children"])
@@ -192,6 +208,7 @@ def build_report(run_dir, output=None):
         parts.append(_steps_section(run["steps"]))
     if run["ops"]:
         parts.append(_ops_section(run["ops"]))
+    parts.append(_pipeline_section(run["pipeline"]))
     if run["graph"]:
         parts.append(_graph_section(run["graph"], run["groups"]))
     if run["config"]:

@@ -2,6 +2,7 @@
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -146,3 +147,38 @@ def test_data_parallel_profile_one_file_per_rank_and_merged(tmp_path):
     summary = _read(prof / "summary.json")
     assert summary["ranks"] == [0, 1]
     assert os.path.getsize(prof / "timeline.json") > os.path.getsize(prof / "rank0" / "timeline.json")
+
+
+def _slow_decode(x):
+    time.sleep(0.003)  # a deliberately slow transform
+    return x
+
+
+def _slow_resize(x):
+    time.sleep(0.001)
+    return x
+
+
+@pytest.mark.parametrize("workers, bottleneck", [(1, "map(_slow_decode) on 1 worker"),
+                                                 (8, "map(_slow_resize) on 1 worker")])
+def test_pipeline_profile_names_the_bottleneck(tmp_path, workers, bottleneck):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(48, 12)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False)
+    data = data.map(_slow_decode, input_columns=["x"], num_parallel_workers=workers)
+    data = data.map(_slow_resize, input_columns=["x"]).batch(8)
+    model, _ = _model()
+    profiler = Profiler(output_path=str(tmp_path))
+    model.train(1, data)
+    report = profiler.analyse()["pipeline"]
+    assert report["bottleneck"] == bottleneck
+    assert report["sentence"].startswith(f"{bottleneck} limits the pipeline to ")
+    assert "the training step consumes" in report["sentence"]
+    rows = {op["op"]: op for op in report["ops"]}
+    assert rows["batch(8)"]["rows"] == 48 and rows[bottleneck]["rows"] == 48
+    slowest = rows[bottleneck]["time_per_row_s"]
+    assert slowest >= (0.003 if workers == 1 else 0.001) * 0.9  # at least the sleep per row
+    assert _read(tmp_path / "profiler" / "rank0" / "pipeline.json")["bottleneck"] == bottleneck
+    if workers == 8:
+        assert sum(name.startswith("dataset-worker") for name in report["workers"]) >= 2

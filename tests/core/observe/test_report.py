@@ -89,6 +89,8 @@ def test_report_page_is_self_contained_and_holds_the_run(tmp_path, mstrain):
     table = json.loads((run / "profiler" / "rank0" / "op_statistic.json").read_text())
     assert f'<td class="name">{table["op_types"][0]["type"]}</td><td>{table["op_types"][0]["count"]}</td>' in page
     assert "optimizer:" in page  # the config
+    pipeline = json.loads((run / "profiler" / "rank0" / "pipeline.json").read_text())
+    assert f'<p id="bottleneck"><b>{pipeline["sentence"]}</b></p>' in page
     code, _, err = mstrain("report", str(tmp_path / "nope"))
     assert code == 2 and "nope" in err
 
