@@ -148,7 +148,7 @@ class Dumper:
                 self._save(seq, prim.name, "output", slot, x)
         return result
 
-    def timed_batches(self, batches):
+    def timed_batches(self, batches, feed=None):
         for batch in batches:
             self._end_step()
             self.step += 1

@@ -87,7 +87,9 @@ def pipeline_report(recorder):
         nodes.append({"op": label, "rows": rows, "own_s": own, "time_per_row_s": own / rows if rows else None,
                       "rows_per_s": rows / own if own > 0 and rows else None})
     workers = _worker_utilisation(recorder)
-    report = {"ops": nodes, "workers": workers, "bottleneck": None, "sentence": None}
+    fills = [value / capacity for name, _, value, capacity in recorder.counters if capacity]
+    queue = {"samples": len(fills), "mean_fill": sum(fills) / len(fills)} if fills else None
+    report = {"ops": nodes, "workers": workers, "sink_queue": queue, "bottleneck": None, "sentence": None}
     limited = [n for n in nodes if n["rows_per_s"]]
     if not limited:
         return report

@@ -174,6 +174,9 @@ def trace_events(recorder):
               {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}}]
     events += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
                for tid, name in names.items()]
+    for name, start, value, capacity in recorder.counters:
+        events.append({"name": name, "ph": "C", "pid": pid, "ts": round(origin_us + (start - recorder.origin_ns) / 1e3, 3),
+                       "args": {"batches": value, "capacity": capacity}})
     for name, category, thread, start, duration in recorder.events:
         events.append({"name": name, "cat": category, "ph": "X", "pid": pid, "tid": tids.get(thread, 1),
                        "ts": round(origin_us + (start - recorder.origin_ns) / 1e3, 3),

@@ -54,6 +54,7 @@ class Recorder:
         self.kernels = {}                   # (plan id, index) -> [kernel name, op type, calls, seconds]
         self.dropped_events = 0
         self.dataset = {}                   # id(dataset node) -> [label, rows, inclusive_ns, child ids]
+        self.counters = []                  # (name, time_ns, value, capacity): queue fill levels
         self._lock = threading.Lock()
 
     # ---- eager ops ---------------------------------------------------------------------------------
@@ -96,17 +97,22 @@ class Recorder:
         """Time spent in `phase` that no op call covers (waiting on an asynchronous all-reduce)."""
         self.phase_ns[phase] += seconds_ns
 
-    def timed_batches(self, batches):
-        """Yield `batches`, timing each fetch as data wait; each batch request ends the previous step."""
+    def timed_batches(self, batches, feed=None):
+        """Yield `batches`, timing each fetch as data wait; each batch request ends the previous step.
+        With the sink queue as `feed`, its fill level is sampled at each fetch (a timeline counter)."""
         iterator = iter(batches)
+        sink_queue = getattr(feed, "_queue", None)
         while True:
             start = time.perf_counter_ns()
+            level = sink_queue.qsize() if sink_queue is not None else None
             self._close_pending(start)
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
             end = time.perf_counter_ns()
+            if level is not None:
+                self.counters.append(("sink queue fill", start, level, sink_queue.maxsize))
             self._event("data_wait", "data_wait", self.main_thread, start, end - start)
             self.round_trip_wait_ns += end - start
             self.step_start = start

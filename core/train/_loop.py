@@ -82,7 +82,7 @@ class TrainLoop:
         profiler = dispatch.profiler
         batches = _keep_last(self.feed.take(steps), args)
         if profiler is not None:
-            batches = profiler.timed_batches(batches)
+            batches = profiler.timed_batches(batches, self.feed)
         outputs = _per_step(self.runner.run(batches))
         if profiler is not None:
             profiler.finish_round_trip()

@@ -111,6 +111,9 @@ def test_loop_sink_records_per_kernel_times(tmp_path, monkeypatch, native):
         assert sum(s[p] for p in ("data_wait", "forward", "backward", "optimizer", "communication",
                                   "host_overhead")) == pytest.approx(s["total"], rel=1e-6)
         assert s["optimizer"] > 0
+    fill = [e for e in _read(tmp_path / "profiler" / "timeline.json")["traceEvents"] if e["ph"] == "C"]
+    assert len(fill) == 2 * STEPS_PER_EPOCH  # the sink queue's fill level at every batch taken
+    assert all(e["name"] == "sink queue fill" and 0 <= e["args"]["batches"] <= e["args"]["capacity"] for e in fill)
 
 
 def test_profile_config_key_writes_the_run_directory(tmp_path, mstrain):
