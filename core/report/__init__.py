@@ -9,9 +9,9 @@ import argparse
 import sys
 
 from .graph import capture_graph, cell_tree, repeated_subgraphs
-from .html import build_report, load_run
+from .html import build_comparison, build_report, load_run
 
-__all__ = ["build_report", "load_run", "capture_graph", "repeated_subgraphs", "cell_tree", "GraphCapture", "main"]
+__all__ = ["build_report", "build_comparison", "load_run", "capture_graph", "repeated_subgraphs", "cell_tree", "GraphCapture", "main"]
 
 
 def _graph_capture_class():
@@ -52,15 +52,19 @@ def write_graph(run_dir, network, *inputs):
 
 
 def main(argv=None):
-    """`mstrain report RUN_DIR [-o FILE]`."""
+    """`mstrain report RUN_DIR [-o FILE]`; with several run directories, the runs side by side."""
     from ..errors import EXIT_USER_ERROR, UserError
     parser = argparse.ArgumentParser(prog="mstrain report", description="one HTML page of a run directory")
-    parser.add_argument("run_dir", help="a run directory (train.output_dir/<job> of a run with "
-                                        "profile=true or summary_freq=N)")
-    parser.add_argument("-o", "--output", help="the page to write (default RUN_DIR/report.html)")
+    parser.add_argument("run_dirs", nargs="+", help="run directories (train.output_dir/<job> of runs with "
+                                                    "profile=true or summary_freq=N)")
+    parser.add_argument("-o", "--output", help="the page to write (default RUN_DIR/report.html; for several "
+                                               "runs runs_report.html in the current directory)")
     args = parser.parse_args(argv)
     try:
-        path = build_report(args.run_dir, args.output)
+        if len(args.run_dirs) == 1:
+            path = build_report(args.run_dirs[0], args.output)
+        else:
+            path = build_comparison(args.run_dirs, args.output or "runs_report.html")
     except UserError as exc:
         print(f"mstrain report: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -9,7 +9,7 @@ import html
 import json
 import os
 
-__all__ = ["build_report", "load_run"]
+__all__ = ["build_report", "build_comparison", "load_run"]
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
@@ -216,4 +216,55 @@ def build_report(run_dir, output=None):
     parts.append("</body></html>")
     output = output or os.path.join(run_dir, "report.html")
     write_bytes_atomically(output, "".join(parts).encode("utf-8"))
+    return output
+
+
+def scatter_chart(x_name, y_name, points, width=360, height=220):
+    """An SVG scatter of (x, y, label) points, each dot titled with its run."""
+    pad = 40
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    x_lo, x_hi, y_lo, y_hi = min(xs), max(xs), min(ys), max(ys)
+
+    def sx(v):
+        return pad + (v - x_lo) / ((x_hi - x_lo) or 1) * (width - 2 * pad)
+
+    def sy(v):
+        return height - pad - (v - y_lo) / ((y_hi - y_lo) or 1) * (height - 2 * pad)
+    dots = "".join(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" fill="#1f77b4" data-x="{x:.6g}" '
+                   f'data-y="{y:.6g}"><title>{html.escape(label)}: {x_name}={x:.6g}, {y_name}={y:.6g}</title></circle>'
+                   for x, y, label in points)
+    return (f'<svg class="chart scatter" data-x="{html.escape(x_name)}" data-y="{html.escape(y_name)}" '
+            f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">'
+            f'<text x="{pad}" y="16" font-size="13">{html.escape(y_name)} vs {html.escape(x_name)}</text>'
+            f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>'
+            f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#999"/>'
+            f'<text x="{pad}" y="{height - pad + 14}" font-size="10">{x_lo:.4g}</text>'
+            f'<text x="{width - pad - 24}" y="{height - pad + 14}" font-size="10">{x_hi:.4g}</text>'
+            f'<text x="2" y="{pad + 4}" font-size="10">{y_hi:.4g}</text>'
+            f'<text x="2" y="{height - pad}" font-size="10">{y_lo:.4g}</text>{dots}</svg>')
+
+
+def build_comparison(run_dirs, output):
+    """A page of several runs side by side: the lineage table (the keys that differ, data changes,
+    metrics) and a scatter of every numeric differing key against every metric."""
+    from ..fileio import write_bytes_atomically
+    from ..lineage import lineage_table
+    header, rows = lineage_table(run_dirs)
+    table = "".join(f'<tr>{"".join(f"<td class=name>{_fmt(v)}</td>" for v in row)}</tr>' for row in rows)
+    data_col = header.index("data")
+    keys, metrics = header[1:data_col], header[data_col + 1:]
+    charts = []
+    for key in keys:
+        k = header.index(key)
+        for metric in metrics:
+            m = header.index(metric)
+            points = [(float(r[k]), float(r[m]), str(r[0])) for r in rows
+                      if isinstance(r[k], (int, float)) and isinstance(r[m], (int, float))]
+            if len(points) >= 2:
+                charts.append(scatter_chart(key, metric, points))
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>mstrain runs</title><style>{_STYLE}</style>"
+            f"</head><body><h1>{len(run_dirs)} runs</h1><h2>Lineage</h2><table id=\"lineage\"><tr>"
+            + "".join(f"<th class=name>{html.escape(h)}</th>" for h in header) + f"</tr>{table}</table>"
+            f"<h2>Hyperparameters against metrics</h2><div class=\"charts\">{''.join(charts)}</div></body></html>")
+    write_bytes_atomically(output, page.encode("utf-8"))
     return output

@@ -49,6 +49,13 @@ def test_lineage_of_three_learning_rates_and_a_changed_transform(tmp_path, mstra
     assert [r[3] for r in rows] == [losses[n] for n in ("lr01", "lr02", "lr05", "scaled")]
     code, out, _ = mstrain("lineage", *[str(runs[n]) for n in ("lr01", "lr02", "scaled")])
     assert code == 0 and "changed: MapDataset operations" in out and f"{losses['lr02']:.6g}" in out
+    page_path = tmp_path / "runs.html"
+    code, _, _ = mstrain("report", *[str(runs[n]) for n in ("lr01", "lr02", "lr05", "scaled")], "-o", str(page_path))
+    page = page_path.read_text()
+    assert code == 0 and 'data-x="optimizer.lr" data-y="loss"' in page
+    for name, lr in (("lr01", 0.1), ("lr02", 0.2), ("lr05", 0.5)):
+        assert f'data-x="{lr:.6g}" data-y="{losses[name]:.6g}"' in page
+    assert "changed: MapDataset operations" in page
     code, _, err = mstrain("lineage", str(tmp_path / "missing"))
     assert code == 2 and "lineage.json" in err
 
