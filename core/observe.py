@@ -11,14 +11,15 @@ config), result.json (what the job returned) and graph.json / repeated_subgraphs
 graph captured on the first step, with Cell scopes) and lineage.json (mstrain.lineage), so
 `mstrain report <run dir>` and `mstrain lineage <run dirs>` can show the run.
 Callbacks registered here are added by `Model.train`/`Model.fit` to the user's callbacks
-(`ambient_callbacks`), so jobs need no code for it.
+(`ambient_callbacks`), so jobs need no code for it. A job with its own training loop reports its
+steps through `TrainingSteps` (profiler step boundaries, summaries, graph, lineage, dump steps).
 """
 import contextlib
 import dataclasses
 import json
 import os
 
-__all__ = ["observed_run", "ambient_callbacks", "run_dir_of"]
+__all__ = ["observed_run", "ambient_callbacks", "run_dir_of", "TrainingSteps"]
 
 _AMBIENT = []
 
@@ -127,3 +128,68 @@ def _jsonable(value):
             return float(value)
         except (TypeError, ValueError):
             return str(value)
+
+
+class TrainingSteps:
+    """A hand-written training loop, seen by the run's observers as Model.train is.
+
+        steps = TrainingSteps(network=net, optimizer=opt, callbacks=[...])
+        for epoch in range(epochs):
+            with steps.step(inputs=(x, edges, labels)) as step:
+                step.loss = train_one_step()
+        steps.end(eval_results={"accuracy": acc})
+
+    Each `step` is one training step: it is a profiler step (its ops are timed and broken down), the
+    step a dump selects by number, and it fires on_train_step_begin/end of the given callbacks and of
+    the run's observers (summaries, the graph capture on `inputs[:-1]`, lineage).
+    """
+
+    def __init__(self, network=None, optimizer=None, loss_fn=None, callbacks=None):
+        from .train.callback import CallbackList, RunContext
+        from .train.callback._callback import RunContextArgs
+        self.args = RunContextArgs(epoch_num=1, cur_epoch_num=1, network=network, optimizer=optimizer,
+                                   loss_fn=loss_fn, train_network=network)
+        self.callbacks = CallbackList(list(callbacks or []) + ambient_callbacks())
+        self.context = RunContext(self.args)
+        self.callbacks.on_train_begin(self.context)
+        self._ended = False
+
+    @contextlib.contextmanager
+    def step(self, inputs=None):
+        """One training step; set `.loss` on the yielded object to report the step's loss."""
+        from .ops.primitive import dispatch
+        record = _StepRecord()
+        observer = dispatch.profiler
+        feed = observer.timed_batches([inputs]) if observer is not None else None
+        if feed is not None:
+            next(feed)
+        self.callbacks.on_train_step_begin(self.context)
+        yield record
+        if feed is not None:
+            for _ in feed:  # closes the step
+                pass
+            observer.finish_round_trip()
+        args = self.args
+        args.cur_step_num += 1
+        args.cur_step_in_epoch += 1
+        args.batch_num = args.cur_step_in_epoch
+        args.last_batch = inputs
+        from .tensor import Tensor
+        import numpy as np
+        loss = record.loss if record.loss is None or isinstance(record.loss, Tensor) else Tensor(np.asarray(record.loss))
+        args.net_outputs = loss
+        args.step_outputs = [loss] if loss is not None else []
+        self.callbacks.on_train_step_end(self.context)
+
+    def end(self, eval_results=None):
+        """The end of training (once): on_train_epoch_end with `eval_results`, then on_train_end."""
+        if self._ended:
+            return
+        self._ended = True
+        self.args.eval_results = dict(eval_results or {})
+        self.callbacks.on_train_epoch_end(self.context)
+        self.callbacks.on_train_end(self.context)
+
+
+class _StepRecord:
+    loss = None

@@ -1,6 +1,7 @@
 """The network's op graph with Cell scopes, and its repeated structure.
 
-`capture_graph(network, *inputs)` runs one forward pass (no gradients) and records every op call
+`capture_graph(network, *inputs)` runs one forward pass (inference mode, no gradients; the random
+stream and the train flag are restored afterwards) and records every op call
 with the Cell it ran in (scope: dotted attribute path, as `cells_and_names` names them, e.g.
 'blocks.2.attn'), its inputs (earlier nodes, or 'external' for data and parameters) and shapes.
 
@@ -63,8 +64,15 @@ def capture_graph(network, *inputs):
             return original(cell, *args, **kwargs)
         finally:
             capture.stack.pop()
-    tensors = [x if isinstance(x, Tensor) else Tensor(np.asarray(x)) for x in inputs]
+    tensors = [Tensor(np.asarray(x)) if isinstance(x, (np.ndarray, np.generic, list, float, int)) else x
+               for x in inputs]  # other objects (a graph, a dict) are passed as they are
+    from ..random import get_rng_state, set_rng_state
     running = dispatch.profiler  # a Profiler or Dumper: this extra forward pass is not theirs
+    from ..context import PYNATIVE_MODE, get_context, set_context
+    flags = [(cell, bool(getattr(cell, "training", False))) for _, cell in network.cells_and_names()]
+    rng, mode = get_rng_state(), get_context("mode")
+    set_context(mode=PYNATIVE_MODE)  # op by op, so every op passes the dispatch point
+    network.set_train(False)  # inference: no dropout draws, no running-statistics updates
     Cell.__call__ = scoped_call
     dispatch.profiler = capture
     try:
@@ -73,6 +81,10 @@ def capture_graph(network, *inputs):
     finally:
         dispatch.profiler = running
         Cell.__call__ = original
+        for cell, flag in flags:  # pre-order: each cell ends with its own flag
+            cell.set_train(flag)
+        set_context(mode=mode)
+        set_rng_state(rng)  # the run goes on exactly as without the capture
     cells = {name: type(cell).__name__ for name, cell in network.cells_and_names()}
     return {"nodes": capture.nodes, "cells": cells}
 

@@ -132,3 +132,22 @@ def test_report_in_a_headless_browser(tmp_path, mstrain):
             assert first[0] == table["op_types"][0]["type"] and int(first[1]) == table["op_types"][0]["count"]
         finally:
             browser.close()
+
+
+def test_observing_a_gcn_run_changes_none_of_its_numbers(tmp_path, mstrain):
+    """A kit's own training loop reports its steps (mstrain.observe.TrainingSteps); the graph capture
+    and summaries leave the random stream alone, so the observed run trains exactly like a plain one."""
+    common = ["--config", "gcn_cora", "train.epochs=20", "train.log_every=0"]
+    code, plain, err = mstrain(*common, f"train.output_dir={tmp_path / 'plain'}")
+    assert code == 0, err
+    code, observed, err = mstrain(*common, "profile=true", "summary_freq=5", f"train.output_dir={tmp_path / 'obs'}")
+    assert code == 0, err
+    numbers = [json.loads(out.split(": ", 1)[1]) for out in (plain, observed)]
+    assert numbers[0]["test_acc"] == numbers[1]["test_acc"] and numbers[0]["val_acc"] == numbers[1]["val_acc"]
+    run = tmp_path / "obs" / "gcn"
+    steps = json.loads((run / "profiler" / "rank0" / "step_trace.json").read_text())["steps"]
+    assert len(steps) == 20
+    losses = [e for e in read_events(str(run / "summary")) if e.tag == "loss"]
+    assert [e.step for e in losses] == [1, 5, 10, 15, 20]
+    graph = json.loads((run / "graph.json").read_text())
+    assert {n["scope"] for n in graph["nodes"]} >= {"conv1", "conv2"}
