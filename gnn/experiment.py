@@ -21,6 +21,7 @@ import mstrain as ms
 from mstrain import nn
 from mstrain.errors import ConfigError
 from mstrain.log import get_logger
+from mstrain.observe import TrainingSteps
 
 from .models import GAT, GCN
 from .planetoid import Planetoid
@@ -96,8 +97,10 @@ def train_node_classification(model="gcn", dataset="cora", root="data/planetoid"
     rule = make_stopping_rule(settings["early_stopping"], window=settings["window"], patience=settings["patience"],
                               l2_weight=settings["weight_decay"], l2_params=decayed)
     history, start = [], time.perf_counter()
+    steps = TrainingSteps(network=net, optimizer=optimizer)  # the run's profiler, summaries, dump, lineage
     for epoch in range(settings["epochs"]):
-        train_loss = trainer.train_epoch()
+        with steps.step(inputs=(graph.x, graph, None)) as step:
+            train_loss = step.loss = trainer.train_epoch()
         val_loss, val_acc = trainer.evaluate(graph.val_mask)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_acc": val_acc,
                         "step_ms": 1e3 * trainer.step_seconds[-1]})
@@ -107,6 +110,7 @@ def train_node_classification(model="gcn", dataset="cora", root="data/planetoid"
         if rule.update(trainer, epoch, val_loss, val_acc):
             break
     test_acc, val_acc, tested_epoch = rule.finish(trainer)
+    steps.end({"val_acc": val_acc, "test_acc": test_acc})
     result = {"model": model, "dataset": graph.name, "seed": seed, "test_acc": test_acc, "val_acc": val_acc,
               "epochs": len(history), "tested_epoch": tested_epoch, "stop_epoch": rule.stop_epoch,
               "ms_per_epoch": trainer.ms_per_epoch(), "seconds": time.perf_counter() - start,
