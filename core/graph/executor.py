@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from ..ops.primitive import dispatch
 from . import lowering
 from .memory import Step, plan_memory
 
@@ -211,8 +212,12 @@ class Executable:
             np.copyto(buffer, value, casting="unsafe")
 
     def step(self):
-        """Execute the plan once on the loaded inputs."""
+        """Execute the plan once on the loaded inputs (kernel by kernel timed while a profiler runs)."""
         program = self.native()
+        profiler = dispatch.profiler
+        if profiler is not None and hasattr(profiler, "compiled_step"):
+            profiler.compiled_step(self, program)
+            return
         if program is not None:
             program.run()
             return

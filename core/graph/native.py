@@ -46,6 +46,17 @@ extern "C" void ms_loop(const Instr* prog, int64_t count, int64_t steps, int64_t
   }
 }
 
+/* one step with each instruction timed: kernel_seconds[i] += its wall time */
+extern "C" void ms_run_timed(const Instr* prog, int64_t count, double* kernel_seconds) {
+  double mark = now();
+  for (int64_t i = 0; i < count; ++i) {
+    prog[i].fn(prog[i].p, prog[i].n);
+    const double after = now();
+    kernel_seconds[i] += after - mark;
+    mark = after;
+  }
+}
+
 /* ms_loop with each instruction timed: kernel_seconds[i] accumulates instruction i over all steps */
 extern "C" void ms_loop_timed(const Instr* prog, int64_t count, int64_t steps, int64_t n_inputs,
                               void* const* dst, const int64_t* nbytes, void* const* src,
@@ -154,6 +165,7 @@ def runtime():
                                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                     ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
         library.ms_loop_timed.argtypes = library.ms_loop.argtypes + [ctypes.c_void_p]
+        library.ms_run_timed.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
         blas = _numpy_blas()
         if blas is not None:
             library.ms_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]), ctypes.c_int64(blas[2]))
@@ -251,9 +263,12 @@ class NativeProgram:
         self.python_calls += 1
         return _Instr(ctypes.cast(callback, ctypes.c_void_p).value, None, None)
 
-    def run(self):
-        """One step."""
-        self._run(self._address, self.count)
+    def run(self, kernel_seconds=None):
+        """One step; with `kernel_seconds` (float64, one per kernel) each kernel's time is added in."""
+        if kernel_seconds is None:
+            self._run(self._address, self.count)
+        else:
+            runtime().ms_run_timed(self._address, self.count, kernel_seconds.ctypes.data)
 
     def loop(self, input_buffers, batches, loss, losses, seconds=None, kernel_seconds=None):
         """len(batches) steps: copy each batch into `input_buffers`, run, store the loss (and
