@@ -188,6 +188,31 @@ class Recorder:
             self._add_step(cursor, total, by_phase)
             cursor += total
 
+    def compiled_step(self, executable, program):
+        """Run one step of a compiled graph (ms.jit, GRAPH_MODE) with each kernel timed (in C with
+        the native runtime); its kernels join the op table and their time the current step's phases."""
+        import numpy as np
+        seconds = np.zeros(len(executable.plan), np.float64)
+        start = time.perf_counter_ns()
+        if program is not None:
+            program.run(seconds)
+        else:
+            for i, kernel in enumerate(executable.plan):
+                before = time.perf_counter()
+                kernel()
+                seconds[i] += time.perf_counter() - before
+        for index, (node, spent) in enumerate(zip(executable.plan_nodes, seconds)):
+            entry = self.kernels.get((id(executable), index))
+            if entry is None:
+                entry = self.kernels[(id(executable), index)] = [_kernel_name(index, node), _kernel_type(node), 0,
+                                                                 0.0, _fused_ops(node)]
+            entry[2] += 1
+            entry[3] += float(spent)
+        for phase, spent in zip(_kernel_phases(executable), seconds):
+            self.phase_ns[phase] += int(spent * 1e9)
+        self._event(f"compiled step ({len(seconds)} kernels)", "compiled", self.main_thread, start,
+                    time.perf_counter_ns() - start)
+
     # ---- dataset pipeline ---------------------------------------------------------------------------
     def dataset_stats(self, node, label, children):
         """The mutable [label, rows, inclusive_ns, child ids] entry of a dataset node."""

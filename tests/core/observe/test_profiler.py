@@ -185,3 +185,22 @@ def test_pipeline_profile_names_the_bottleneck(tmp_path, workers, bottleneck):
     assert _read(tmp_path / "profiler" / "rank0" / "pipeline.json")["bottleneck"] == bottleneck
     if workers == 8:
         assert sum(name.startswith("dataset-worker") for name in report["workers"]) >= 2
+
+
+def test_graph_mode_steps_time_each_compiled_kernel(tmp_path):
+    model, data = _model()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        profiler = Profiler(output_path=str(tmp_path))
+        model.train(1, data)
+        result = profiler.analyse()
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    kernels = [r for r in result["ops"]["ops"] if r["name"].startswith("kernel")]
+    # the first step is traced (its result is the trace's); every later one runs the compiled plan
+    assert kernels and all(r["count"] == STEPS_PER_EPOCH - 1 for r in kernels)
+    later = result["steps"]["steps"][1:]
+    assert len(later) == STEPS_PER_EPOCH - 1
+    for step in later:
+        assert step["forward"] > 0 and step["optimizer"] > 0
+        assert step["forward"] + step["backward"] + step["optimizer"] <= step["total"]
