@@ -19,7 +19,8 @@ def _graph_capture_class():
 
     class GraphCapture(Callback):
         """After the first training step, capture the forward graph on that step's batch and write
-        graph.json and repeated_subgraphs.json into `run_dir` (the report's graph view)."""
+        graph.json and repeated_subgraphs.json into `run_dir` (the report's graph view), and the
+        graph as a GraphDef into the run's summaries when they are on."""
 
         def __init__(self, run_dir):
             self.run_dir = run_dir
@@ -32,8 +33,20 @@ def _graph_capture_class():
             args = run_context.original_args()
             if args.network is None or args.last_batch is None:
                 return
-            write_graph(self.run_dir, args.network, *list(args.last_batch)[:-1])
+            graph = write_graph(self.run_dir, args.network, *list(args.last_batch)[:-1])
+            _add_to_summaries(graph, args.cur_step_num)
     return GraphCapture
+
+
+def _add_to_summaries(graph, step):
+    """The graph into the run's summary files too (TensorBoard's graph view), when summaries are on."""
+    from ..observe import ambient_callbacks
+    from ..summary import SummaryCollector
+    from ..summary.record import graph_def
+    for callback in ambient_callbacks():
+        if isinstance(callback, SummaryCollector) and callback.summary_record is not None:
+            callback.summary_record.add_value("graph", "", graph_def(graph))
+            callback.summary_record.record(step)
 
 
 def GraphCapture(run_dir):  # noqa: N802 (a class made on first use: mstrain.train imports late)

@@ -73,6 +73,8 @@ def capture_graph(network, *inputs):
     rng, mode = get_rng_state(), get_context("mode")
     set_context(mode=PYNATIVE_MODE)  # op by op, so every op passes the dispatch point
     network.set_train(False)  # inference: no dropout draws, no running-statistics updates
+    from ..ops.summary_ops import discard_since, summary_mark
+    mark = summary_mark()
     Cell.__call__ = scoped_call
     dispatch.profiler = capture
     try:
@@ -84,7 +86,8 @@ def capture_graph(network, *inputs):
         for cell, flag in flags:  # pre-order: each cell ends with its own flag
             cell.set_train(flag)
         set_context(mode=mode)
-        set_rng_state(rng)  # the run goes on exactly as without the capture
+        set_rng_state(rng)
+        discard_since(mark)  # summary operators inside construct: not a training step's values  # the run goes on exactly as without the capture
     cells = {name: type(cell).__name__ for name, cell in network.cells_and_names()}
     return {"nodes": capture.nodes, "cells": cells}
 

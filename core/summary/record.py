@@ -192,3 +192,21 @@ class SummaryRecord:
     def __exit__(self, *exc_info):
         self.close()
         return False
+
+
+def graph_def(graph):
+    """A TensorFlow GraphDef (serialized) of a captured graph (`mstrain.report.capture_graph`): one
+    NodeDef per op, named '<cell scope as a/b/c>/<op>_<id>' so TensorBoard's graph view groups the
+    ops by Cell; inputs name the producing ops (data and parameters are left out)."""
+    names = {}
+    for node in graph["nodes"]:
+        scope = node["scope"].replace(".", "/")
+        names[node["id"]] = f"{scope}/{node['op']}_{node['id']}" if scope else f"{node['op']}_{node['id']}"
+    out = b""
+    for node in graph["nodes"]:
+        body = pb.field(1, names[node["id"]]) + pb.field(2, node["op"])
+        for source in node["inputs"]:
+            if source >= 0:
+                body += pb.field(3, names[source])
+        out += pb.field(1, body)
+    return out + pb.field(4, pb.field(1, 22))  # versions.producer

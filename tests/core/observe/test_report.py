@@ -91,6 +91,22 @@ def test_report_page_is_self_contained_and_holds_the_run(tmp_path, mstrain):
     assert "optimizer:" in page  # the config
     pipeline = json.loads((run / "profiler" / "rank0" / "pipeline.json").read_text())
     assert f'<p id="bottleneck"><b>{pipeline["sentence"]}</b></p>' in page
+    graph = json.loads((run / "graph.json").read_text())
+    graph_events = [e for e in read_events(str(run / "summary")) if e.kind == "graph"]
+    assert len(graph_events) == 1
+    from mstrain.summary import _proto as pb
+    nodes = [pb.parse(n) for n in pb.parse(graph_events[0].value)[1]]
+    assert len(nodes) == len(graph["nodes"])
+    first = graph["nodes"][0]
+    assert nodes[0][1][0].decode() == f"{first['scope'].replace('.', '/')}/{first['op']}_0".lstrip("/")
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        pass  # the project's reader above is the check; TensorBoard's own when installed
+    else:
+        acc = EventAccumulator(str(run / "summary"))
+        acc.Reload()
+        assert len(acc.Graph().node) == len(graph["nodes"])
     code, _, err = mstrain("report", str(tmp_path / "nope"))
     assert code == 2 and "nope" in err
 
