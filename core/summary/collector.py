@@ -196,9 +196,23 @@ def _gradients(network, loss_fn, params, batch):
     from ..tensor import Tensor
     tensors = [b if isinstance(b, Tensor) else Tensor(np.asarray(b)) for b in batch]
 
+    from .. import autograd
+
     def loss(*inputs):
         return loss_fn(network(*inputs[:-1]), inputs[-1])
-    _, grads = value_and_grad(loss, None, tuple(params))(*tensors)
+    # This extra backward pass is not a training step: data-parallel gradient reducers (grad-ready
+    # hooks) must not start all-reduces for it. The gradients shown are this rank's own.
+    # Its dropout draws and summary-operator values are undone too, so the run goes on unchanged.
+    from ..ops.summary_ops import discard_since, summary_mark
+    from ..random import get_rng_state, set_rng_state
+    hooks, rng, mark = list(autograd.grad_ready_hooks), get_rng_state(), summary_mark()
+    autograd.grad_ready_hooks.clear()
+    try:
+        _, grads = value_and_grad(loss, None, tuple(params))(*tensors)
+    finally:
+        autograd.grad_ready_hooks[:] = hooks
+        set_rng_state(rng)
+        discard_since(mark)
     return [g.asnumpy() for g in grads]
 
 

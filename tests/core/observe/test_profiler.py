@@ -136,7 +136,8 @@ def test_profile_config_key_writes_the_run_directory(tmp_path, mstrain):
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec is not installed (pip install mpich)")
 def test_data_parallel_profile_one_file_per_rank_and_merged(tmp_path):
     cmd = [str(MPIEXEC), "-n", "2", sys.executable, "-m", "mstrain.cli", "--config", "mlp_mnist",
-           "parallel.parallel_mode=data_parallel", "profile=true", "train.epochs=1", "data.train_size=256",
+           "parallel.parallel_mode=data_parallel", "profile=true", "summary_freq=1", "train.epochs=1",
+           "data.train_size=256",
            "data.test_size=64", f"train.output_dir={tmp_path}"]
     proc = _run(cmd, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -150,6 +151,13 @@ def test_data_parallel_profile_one_file_per_rank_and_merged(tmp_path):
     summary = _read(prof / "summary.json")
     assert summary["ranks"] == [0, 1]
     assert os.path.getsize(prof / "timeline.json") > os.path.getsize(prof / "rank0" / "timeline.json")
+    from mstrain.summary import read_events
+    per_rank = [[e.value for e in read_events(str(tmp_path / "mlp_mnist" / "summary" / f"rank{r}")) if e.tag == "loss"]
+                for r in (0, 1)]
+    assert len(per_rank[0]) == len(per_rank[1]) == 256 // 64 // 2  # every step, on each rank
+    from mstrain.report import build_report
+    page = open(build_report(str(tmp_path / "mlp_mnist"))).read()
+    assert 'data-tag="loss"' in page and 'id="op-table"' in page
 
 
 def _slow_decode(x):
