@@ -18,6 +18,11 @@ and `<path>/rank_<r>/<net_name>/index.json`: one entry per file with rank, step,
 slot, shape, dtype, file. `seq` numbers the op calls of a step, so two runs of the same program
 give the same names; `mstrain dump compare A B` finds where two runs part ways.
 
+In sink mode the compiled plan runs kernel by kernel from Python while dumping: the outputs of the
+selected kernels are saved as 'kernel<i>.<op>' (or 'kernel<i>.fused'), and the parameters after
+every step, so an eager and a sink run can be compared step by step on their parameters.
+Gradients are dumped in eager and graph-mode steps (where the optimizer is called from Python).
+
     with Dumper("dump.json"):
         model.train(1, data)
 """
@@ -165,10 +170,29 @@ class Dumper:
         return None
 
     def add_compiled_run(self, executable, kernel_seconds, step_seconds, start_ns):
-        """A compiled sink ran its steps in C (its batches were all fetched first, so `step` is
-        its last step): the parameters after it are dumped, ops inside the plan are not."""
-        self._step_ran = True
-        self._end_step()
+        """Not reached: `run_sink` runs compiled sinks while dumping."""
+
+    def run_sink(self, executable, batches, loss, losses, seconds):
+        """A compiled sink, step by step from Python: the outputs of the selected plan kernels
+        ('kernel<i>.<op>' or 'kernel<i>.fused', numbered in plan order) and the parameters after
+        every step. Its batches were all fetched first, so `self.step` is its last step."""
+        import time
+        last = self.step
+        for k, batch in enumerate(batches):
+            start = time.perf_counter()
+            self.step = last - len(batches) + 1 + k
+            wanted = self.config.wants_step(self.step) and self.config.input_output in (0, 2)
+            executable.load_inputs(batch)
+            for i, (kernel, node) in enumerate(zip(executable.plan, executable.plan_nodes)):
+                kernel()
+                op = f"kernel{i}.{'fused' if node.op == 'fused' else node.prim.name}"
+                if wanted and self.config.wants(op, "fused" if node.op == "fused" else node.prim.name):
+                    for slot, out in enumerate(executable._outputs_of(node)):
+                        self._save(i, op, "output", slot, executable._arrays[id(out)])
+            losses[k] = loss
+            seconds[k] = time.perf_counter() - start
+            self._step_ran = True
+            self._end_step()
 
     # ---- parameters and gradients ----------------------------------------------------------------
     _optimizer = None

@@ -75,16 +75,25 @@ def test_dump_selects_kernels_and_slots(tmp_path):
     assert len(entries) == 2  # two Dense layers, one output each
 
 
-def test_dump_in_sink_mode_saves_parameters_per_sink(tmp_path):
+def test_dump_in_sink_mode_saves_kernels_and_parameters_per_step(tmp_path):
     model, data, net, *_ = _model()
-    with Dumper(_settings(tmp_path)):
-        model.train(2, data, dataset_sink_mode=True)
-    entries = _index(tmp_path)
+    with Dumper(_settings(tmp_path / "sink")):
+        history = model.train(2, data, dataset_sink_mode=True)
+    entries = _index(tmp_path / "sink")
     params = [e for e in entries if e["kind"] == "parameter"]
-    assert sorted({e["step"] for e in params}) == [3, 7]  # the last step of each 4-step sink
-    last = {e["op"]: np.load(tmp_path / "rank_0" / "mlp" / e["file"]) for e in params if e["step"] == 7}
+    assert sorted({e["step"] for e in params}) == list(range(8))  # after every step of both sinks
+    last = {e["op"]: np.load(tmp_path / "sink" / "rank_0" / "mlp" / e["file"]) for e in params if e["step"] == 7}
     for p in net.trainable_params():
         np.testing.assert_array_equal(last[p.name], p.asnumpy())
+    kernels = [e for e in entries if e["kind"] == "output" and e["op"].startswith("kernel")]
+    assert {e["step"] for e in kernels} == set(range(8))
+    assert len(history.step_loss) == 8
+    # the same training eagerly: parameters agree step by step, so compare finds no difference
+    model, data, *_ = _model()
+    with Dumper(_settings(tmp_path / "eager")):
+        model.train(2, data)
+    report, compared = first_difference(str(tmp_path / "eager"), str(tmp_path / "sink"), rtol=1e-4, atol=1e-6)
+    assert report is None and compared == len(params)
 
 
 def test_compare_finds_where_two_runs_part_ways(tmp_path, mstrain):
