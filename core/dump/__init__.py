@@ -21,7 +21,9 @@ give the same names; `mstrain dump compare A B` finds where two runs part ways.
 In sink mode the compiled plan runs kernel by kernel from Python while dumping: the outputs of the
 selected kernels are saved as 'kernel<i>.<op>' (or 'kernel<i>.fused'), and the parameters after
 every step, so an eager and a sink run can be compared step by step on their parameters.
-Gradients are dumped in eager and graph-mode steps (where the optimizer is called from Python).
+Graph-mode (jit) steps are dumped the same way (kernel outputs, parameters), except the first,
+whose values come from the trace. Gradients are dumped where the optimizer is called from Python
+(eager steps).
 
     with Dumper("dump.json"):
         model.train(1, data)
@@ -183,16 +185,25 @@ class Dumper:
             self.step = last - len(batches) + 1 + k
             wanted = self.config.wants_step(self.step) and self.config.input_output in (0, 2)
             executable.load_inputs(batch)
-            for i, (kernel, node) in enumerate(zip(executable.plan, executable.plan_nodes)):
-                kernel()
-                op = f"kernel{i}.{'fused' if node.op == 'fused' else node.prim.name}"
-                if wanted and self.config.wants(op, "fused" if node.op == "fused" else node.prim.name):
-                    for slot, out in enumerate(executable._outputs_of(node)):
-                        self._save(i, op, "output", slot, executable._arrays[id(out)])
+            self._run_plan(executable, wanted)
             losses[k] = loss
             seconds[k] = time.perf_counter() - start
             self._step_ran = True
             self._end_step()
+
+    def compiled_step(self, executable, program):
+        """One graph-mode (jit) step of a compiled plan: kernel by kernel, selected outputs saved."""
+        wanted = self.step >= 0 and self.config.wants_step(self.step) and self.config.input_output in (0, 2)
+        self._run_plan(executable, wanted)
+        self._step_ran = True
+
+    def _run_plan(self, executable, wanted):
+        for i, (kernel, node) in enumerate(zip(executable.plan, executable.plan_nodes)):
+            kernel()
+            op = f"kernel{i}.{'fused' if node.op == 'fused' else node.prim.name}"
+            if wanted and self.config.wants(op, "fused" if node.op == "fused" else node.prim.name):
+                for slot, out in enumerate(executable._outputs_of(node)):
+                    self._save(i, op, "output", slot, executable._arrays[id(out)])
 
     # ---- parameters and gradients ----------------------------------------------------------------
     _optimizer = None

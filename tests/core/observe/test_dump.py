@@ -96,6 +96,23 @@ def test_dump_in_sink_mode_saves_kernels_and_parameters_per_step(tmp_path):
     assert report is None and compared == len(params)
 
 
+def test_dump_in_graph_mode_saves_kernels_and_parameters(tmp_path):
+    model, data, net, *_ = _model()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        with Dumper(_settings(tmp_path)):
+            model.train(1, data)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    entries = _index(tmp_path)
+    params = [e for e in entries if e["kind"] == "parameter"]
+    assert sorted({e["step"] for e in params}) == [1, 2, 3]  # step 0 is the trace's
+    last = {e["op"]: np.load(tmp_path / "rank_0" / "mlp" / e["file"]) for e in params if e["step"] == 3}
+    for p in net.trainable_params():
+        np.testing.assert_array_equal(last[p.name], p.asnumpy())
+    assert {e["step"] for e in entries if e["op"].startswith("kernel")} == {1, 2, 3}
+
+
 def test_compare_finds_where_two_runs_part_ways(tmp_path, mstrain):
     for name, lr in (("a", 1e-2), ("b", 1e-2), ("c", 5e-2)):
         model, data, *_ = _model(lr=lr)
