@@ -28,7 +28,7 @@ def _phase_wrapper(recorder, phase, original, timed=False):
     return wrapped
 
 
-def install(recorder):
+def install(recorder, data_process=True):
     from .. import autograd
     from ..nn.optim.optimizer import Optimizer
     from ..parallel.grad_reducer import DistributedGradReducer
@@ -37,7 +37,8 @@ def install(recorder):
                (Optimizer, "__call__", "optimizer", False),
                (DistributedGradReducer, "__call__", "communication", True)]
     from . import pipeline
-    pipeline.install(recorder)
+    if data_process:
+        pipeline.install(recorder)
     for owner, name, phase, timed in targets:
         had_own = name in vars(owner)
         original = getattr(owner, name) if had_own or owner is not Optimizer else Cell.__call__

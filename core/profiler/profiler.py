@@ -30,6 +30,8 @@ from .recorder import PHASES, Recorder
 
 __all__ = ["Profiler", "active_profiler"]
 
+_EVENT_BYTES = 130  # a timeline slice as JSON, about
+
 
 def active_profiler():
     """The Recorder of the running Profiler, or None."""
@@ -53,13 +55,21 @@ class Profiler:
     output_path: directory that receives `profiler/` (see the module docstring).
     start_profile: start at construction (False: call `start()` yourself).
     record_shapes: tell op calls apart by their input shapes ('forward/matmul[64x784,784x256]').
+    data_process: profile the input pipeline too (pipeline.json), as MindSpore's flag.
+    timeline_limit: MB of timeline events to keep (MindSpore's default 500); later slices are
+        dropped (the op table and steps still count them).
     """
 
-    def __init__(self, output_path="./data", start_profile=True, record_shapes=True):
+    def __init__(self, output_path="./data", start_profile=True, record_shapes=True, data_process=True,
+                 timeline_limit=500):
         if not isinstance(output_path, (str, os.PathLike)):
             raise TypeError(f"Profiler: output_path must be a path, got {type(output_path).__name__}")
+        if isinstance(timeline_limit, bool) or not isinstance(timeline_limit, (int, float)) or timeline_limit <= 0:
+            raise ValueError(f"Profiler: timeline_limit must be a positive number of MB, got {timeline_limit!r}")
         self.output_path = os.fspath(output_path)
         self.record_shapes = bool(record_shapes)
+        self.data_process = bool(data_process)
+        self.max_events = int(timeline_limit * 1e6 / _EVENT_BYTES)
         self._recorder = None
         self._result = None
         if start_profile:
@@ -73,8 +83,8 @@ class Profiler:
         if dispatch.profiler is not None:
             raise RuntimeError("Profiler.start: another Profiler is running; stop it first")
         rank, _ = _rank_and_size()
-        self._recorder = Recorder(rank, self.record_shapes)
-        phases.install(self._recorder)
+        self._recorder = Recorder(rank, self.record_shapes, self.max_events)
+        phases.install(self._recorder, self.data_process)
         dispatch.profiler = self._recorder
 
     def stop(self):

@@ -36,9 +36,10 @@ def _shape_signature(inputs):
 class Recorder:
     """Accumulates one rank's profile; `Profiler` owns it (see the module docstring)."""
 
-    def __init__(self, rank=0, record_shapes=True):
+    def __init__(self, rank=0, record_shapes=True, max_events=_MAX_EVENTS):
         self.rank = rank
         self.record_shapes = record_shapes
+        self.max_events = max_events
         self.origin_ns = time.perf_counter_ns()
         self.wall_origin = time.time()
         self.main_thread = threading.get_ident()
@@ -79,7 +80,7 @@ class Recorder:
         return result
 
     def _event(self, name, category, thread, start, duration):
-        if len(self.events) < _MAX_EVENTS:
+        if len(self.events) < self.max_events:
             self.events.append((name, category, thread, start, duration))
         else:
             self.dropped_events += 1

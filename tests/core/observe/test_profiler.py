@@ -13,7 +13,7 @@ from mstrain import autograd
 from mstrain import dataset as ds
 from mstrain.ops.primitive import dispatch
 from mstrain.profiler import Profiler
-from tests.core.parallel._mpi import MPIEXEC, ROOT, _run
+from tests.core.parallel._mpi import MPIEXEC, _run
 
 STEPS_PER_EPOCH = 6
 
@@ -88,6 +88,19 @@ def test_timeline_is_chrome_trace_with_dataset_worker_tracks(tmp_path):
     # every op slice lies inside some step slice
     for op in ops[:50]:
         assert any(s["ts"] <= op["ts"] + 1e-3 and op["ts"] + op["dur"] <= s["ts"] + s["dur"] + 1e-3 for s in steps)
+
+
+def test_timeline_limit_and_data_process_flags(tmp_path):
+    model, data = _model()
+    profiler = Profiler(output_path=str(tmp_path), timeline_limit=0.01, data_process=False)  # 10 kB
+    model.train(1, data)
+    result = profiler.analyse()
+    trace = _read(tmp_path / "profiler" / "rank0" / "timeline.json")["traceEvents"]
+    assert len([e for e in trace if e["ph"] == "X"]) == int(0.01e6 / 130)
+    assert result["pipeline"]["ops"] == []  # the pipeline was not profiled
+    assert sum(r["count"] for r in result["ops"]["op_types"]) > len(trace)  # ops still all counted
+    with pytest.raises(ValueError, match="timeline_limit"):
+        Profiler(output_path=str(tmp_path), timeline_limit=0)
 
 
 @pytest.mark.parametrize("native", [True, False])
