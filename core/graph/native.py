@@ -46,6 +46,14 @@ extern "C" void ms_loop(const Instr* prog, int64_t count, int64_t steps, int64_t
   }
 }
 
+/* summary operators: p = {value, ring, counter}, n = {value bytes, ring capacity}; ring[counter++] = value */
+extern "C" void ms_summary_copy(void** p, const int64_t* n) {
+  int64_t* counter = static_cast<int64_t*>(p[2]);
+  const int64_t slot = counter[0] % n[1];
+  std::memcpy(static_cast<char*>(p[1]) + slot * n[0], p[0], n[0]);
+  counter[0] += 1;
+}
+
 /* one step with each instruction timed: kernel_seconds[i] += its wall time */
 extern "C" void ms_run_timed(const Instr* prog, int64_t count, double* kernel_seconds) {
   double mark = now();
@@ -238,6 +246,9 @@ class NativeProgram:
         self._keep = []
         instrs = []
         self.python_calls = 0
+        # kernels that keep values for the host (summary operators): told the step count before a
+        # run and drained after it
+        self._hosted = [k for k in plan if hasattr(k, "before_native") and getattr(k, "native", None)]
         for kernel in plan:
             instrs.append(self._instr(kernel))
         self.count = len(instrs)
@@ -265,10 +276,14 @@ class NativeProgram:
 
     def run(self, kernel_seconds=None):
         """One step; with `kernel_seconds` (float64, one per kernel) each kernel's time is added in."""
+        for kernel in self._hosted:
+            kernel.before_native(1)
         if kernel_seconds is None:
             self._run(self._address, self.count)
         else:
             runtime().ms_run_timed(self._address, self.count, kernel_seconds.ctypes.data)
+        for kernel in self._hosted:
+            kernel.after_native()
 
     def loop(self, input_buffers, batches, loss, losses, seconds=None, kernel_seconds=None):
         """len(batches) steps: copy each batch into `input_buffers`, run, store the loss (and
@@ -288,7 +303,11 @@ class NativeProgram:
         arguments = (self._address, self.count, steps, n_inputs, ctypes.addressof(targets), ctypes.addressof(sizes),
                      ctypes.addressof(sources), loss.ctypes.data, int(loss.dtype == np.float64),
                      losses.ctypes.data, None if seconds is None else seconds.ctypes.data)
+        for kernel in self._hosted:
+            kernel.before_native(steps)
         if kernel_seconds is None:
             self._loop(*arguments)
         else:
             runtime().ms_loop_timed(*arguments, kernel_seconds.ctypes.data)
+        for kernel in self._hosted:
+            kernel.after_native()
