@@ -102,3 +102,53 @@ class HistogramSummary(_SummaryOp):
 class TensorSummary(_SummaryOp):
     """Record a whole tensor under `name`."""
     kind = "tensor"
+
+
+class _PlanKernel:
+    """summary_write in a compiled plan. From Python it writes to the buffer as eagerly; the C step
+    runner instead calls `ms_summary_copy`, which copies the value into a ring (one slot per step,
+    no Python per step); the runner announces the step count before a run (`before_native`, the
+    ring grows to hold every step) and drains the ring into the buffer after it (`after_native`)."""
+
+    def __init__(self, node, ins):
+        self.kind, self.tag = node.attrs.get("kind", "scalar"), node.attrs.get("tag", "")
+        self.value = ins[1]
+        self.counter = np.zeros(1, np.int64)
+        self.ring = None
+        if isinstance(self.value, np.ndarray) and self.value.flags.c_contiguous:
+            self._make_native(1)
+
+    def __call__(self):
+        with _LOCK:
+            _BUFFER.append((self.kind, self.tag, np.array(self.value, copy=True)))
+
+    def _make_native(self, capacity):
+        import ctypes
+        from ..graph import native
+        library = native.runtime()
+        if library is None:
+            return
+        self.ring = np.empty((capacity,) + self.value.shape, self.value.dtype)
+        if getattr(self, "pointers", None) is None:
+            self.pointers = (ctypes.c_void_p * 3)(self.value.ctypes.data, self.ring.ctypes.data,
+                                                  self.counter.ctypes.data)
+            self.sizes = (ctypes.c_int64 * 2)(self.value.nbytes, capacity)
+            self.native = ("kernel", library.ms_summary_copy, self.pointers, self.sizes)
+        else:  # grown in place: the C program holds these two arrays' addresses
+            self.pointers[1] = self.ring.ctypes.data
+            self.sizes[1] = capacity
+
+    def before_native(self, steps):
+        if self.ring is not None and len(self.ring) < steps:
+            self._make_native(steps)
+
+    def after_native(self):
+        count = int(self.counter[0])
+        with _LOCK:
+            _BUFFER.extend((self.kind, self.tag, self.ring[i].copy()) for i in range(count))
+        self.counter[0] = 0
+
+
+def plan_kernel(node, ins):
+    """The compiled plan's kernel for a summary_write node (see `_PlanKernel`)."""
+    return _PlanKernel(node, ins)

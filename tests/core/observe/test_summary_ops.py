@@ -87,3 +87,23 @@ def test_summary_record_takes_values_of_summary_ops(tmp_path):
     assert _series(read_events(str(tmp_path)), "x") == [(0, 0.0), (1, 1.5), (2, 3.0)]
     with pytest.raises(ValueError, match="one number"):
         summary("x", ms.Tensor(np.zeros(3, np.float32)))
+
+
+def test_loop_sink_keeps_summary_values_without_python_per_step():
+    from mstrain.graph import native
+    from mstrain.graph.sink import GraphSinkRunner
+    from mstrain.ops.summary_ops import take_summaries
+    if native.runtime() is None:
+        pytest.skip("no C++ compiler: the C step runner is unavailable")
+    ms.set_seed(0)
+    net = LoggedLoss()
+    runner = GraphSinkRunner(nn.TrainOneStepCell(net, nn.SGD(net.trainable_params(), learning_rate=0.1)))
+    data, _ = _data()
+    batches = [tuple(b) for b in data.create_tuple_iterator(output_numpy=True)]
+    take_summaries()
+    losses = runner.run(batches[:12])
+    program = next(iter(runner._function._cache.values())).executable.native()
+    assert program.python_calls == 0  # the summary copies are C calls into a ring buffer
+    values = [v for kind, tag, v in take_summaries() if tag == "loss_inside"]
+    np.testing.assert_allclose(values, losses, rtol=1e-6)
+    assert len(values) == 12
