@@ -44,7 +44,7 @@ def _loop_sink_worker(steps, batch, bucket_mb, threads):
     import numpy as np
     import mstrain as ms
     from mstrain import communication as comm, nn
-    from mstrain.graph.sink import GraphSinkRunner
+    from mstrain.train.sink import GraphSinkRunner
 
     comm.init()
     rank, n = comm.get_rank(), comm.get_group_size()

@@ -41,6 +41,11 @@ from .train.metrics import Accuracy, Loss, Metric
 from . import amp
 from .amp import auto_mixed_precision, build_train_network
 
+# ---- observability (profiler, TensorBoard summaries) ----------------------------------------------
+from . import profiler, summary
+from .profiler import Profiler
+from .summary import SummaryCollector, SummaryRecord
+
 # ---- parallelism ----------------------------------------------------------------------------------
 from . import communication
 from . import parallel
@@ -62,6 +67,8 @@ __all__ = [
     "DynamicLossScaleManager", "Callback", "RunContext", "CheckpointConfig", "EarlyStopping", "History",
     "LambdaCallback", "LearningRateScheduler", "LossMonitor", "ModelCheckpoint", "ReduceLROnPlateau",
     "TimeMonitor", "Accuracy", "Loss", "Metric",
+    # observability
+    "profiler", "summary", "Profiler", "SummaryRecord", "SummaryCollector",
     # parallelism
     "communication", "parallel", "set_auto_parallel_context", "get_auto_parallel_context",
     "reset_auto_parallel_context",

@@ -26,12 +26,15 @@ VERBS = {
     "data": "mstrain.mindrecord.cli:main",
     "plan": "mstrain.parallel.cli:main plan",
     "ckpt": "mstrain.parallel.cli:main ckpt",
+    "dump": "mstrain.dump.compare:main",
+    "report": "mstrain.report:main",
+    "lineage": "mstrain.lineage:main",
 }
 
 USAGE = """\
 usage: mstrain --config FILE [key=value ...] [--print-config] [--help]
        mstrain list
-       mstrain data ...   | plan ... | ckpt ...
+       mstrain data ...   | plan ... | ckpt ... | dump compare RUN_A RUN_B | report RUN_DIR | lineage RUN_DIR...
 
 Train a model from a YAML config, in the spirit of MindSpore's model zoo.
 
@@ -47,6 +50,9 @@ verbs:
   list                runnable configs with their one-line description
   data                record files (convert, inspect): mstrain data --help
   plan, ckpt          parallel plans and checkpoint resharding: mstrain plan --help
+  dump compare A B    the first op whose dumped tensors differ between two runs (dump=FILE)
+  report RUN_DIR      one HTML page of a run (curves, profiler tables, folded graph, config)
+  lineage RUN_DIR...  runs side by side: the config keys that differ, data changes, metrics
 
 examples:
   mstrain list
@@ -152,7 +158,10 @@ def _run_config(config, overrides, flags):
             _print_config(loaded, with_help="help" in flags)
         return 0
     get_logger().debug("running job %s from %s", loaded.job.name, loaded.source)
-    result = loaded.job.run(loaded.cfg)
+    from .observe import observed_run
+    with observed_run(loaded.cfg) as finish:
+        result = loaded.job.run(loaded.cfg)
+        finish(result)
     if is_main_process():
         print(f"{loaded.job.name}: " + json.dumps(_jsonable(result or {}), sort_keys=True))
     return 0

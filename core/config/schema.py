@@ -143,3 +143,9 @@ class JobConfig:
     optimizer: OptimizerConfig = section(OptimizerConfig)
     parallel: ParallelConfig = section(ParallelConfig)
     data: DataConfig = section(DataConfig)
+    profile: bool = option(False, "profile the run (mstrain.Profiler): op table, step breakdown and timeline "
+                                  "in <train.output_dir>/<job>/profiler")
+    summary_freq: int = option(0, "TensorBoard summaries (loss, lr, metrics, histograms, config) every N steps "
+                                  "in <train.output_dir>/<job>/summary; 0 = none", low=0)
+    dump: str = option("", "dump config (JSON/YAML, MindSpore's common_dump_settings) selecting ops, steps, "
+                           "parameters and gradients to save as .npy; '' = no dump")

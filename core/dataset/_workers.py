@@ -15,6 +15,9 @@ def ordered_map(fn, items, num_workers=1, processes=False):
     processes=True forks worker processes (Linux 'fork' start method) that inherit `fn`, so `fn`
     need not be picklable; items and results must be.
     """
+    from ..ops.primitive import dispatch
+    if dispatch.profiler is not None and not processes:  # each task a slice on its thread's track
+        fn = dispatch.profiler.worker_task(fn, getattr(fn, "__qualname__", "task"))
     if num_workers <= 1:
         return map(fn, items)
     if processes:

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from ..ops.primitive import dispatch
 from . import lowering
 from .memory import Step, plan_memory
 
@@ -192,6 +193,9 @@ class Executable:
         outs = [arrays.get(id(o)) for o in self._outputs_of(node)]
         if node.op == "fused":
             return node.value.build(ins, outs)
+        if node.prim.name == "summary_write":  # a C copy into a ring the host drains (no Python per step)
+            from ..ops.summary_ops import plan_kernel
+            return plan_kernel(node, ins)
         host = node.prim.host_kernel
         if host is not None and all(isinstance(o, np.ndarray) for o in outs):
             kernel = host(node, ins, outs)
@@ -226,8 +230,12 @@ class Executable:
             np.copyto(buffer, value, casting="unsafe")
 
     def step(self):
-        """Execute the plan once on the loaded inputs."""
+        """Execute the plan once on the loaded inputs (kernel by kernel timed while a profiler runs)."""
         program = self.native()
+        profiler = dispatch.profiler
+        if profiler is not None and hasattr(profiler, "compiled_step"):
+            profiler.compiled_step(self, program)
+            return
         if program is not None:
             program.run()
             return
@@ -261,15 +269,33 @@ class Executable:
         trip) runs directly, sparing the loop's per-call set-up."""
         self.check_residents()
         kept = self.output_arrays()[output_index]
-        program = self.native()
-        if (len(batches) > 1 and program is not None and isinstance(kept, np.ndarray)
-                and kept.dtype in (np.float32, np.float64)):
-            program.loop(self._input_buffers, batches, kept, values, seconds)
+        profiler = dispatch.profiler
+        if getattr(profiler, "run_sink", None) is not None:  # a data dump: kernel by kernel from Python
+            profiler.run_sink(self, batches, kept, values, seconds)
             return
+        kernel_seconds = None if profiler is None else profiler.kernel_seconds_for(self)
+        started = time.perf_counter_ns()
+        program = self.native()
+        if ((len(batches) > 1 or kernel_seconds is not None) and program is not None
+                and isinstance(kept, np.ndarray) and kept.dtype in (np.float32, np.float64)):
+            program.loop(self._input_buffers, batches, kept, values, seconds, kernel_seconds)
+        else:
+            self._python_steps(batches, kept, values, seconds, kernel_seconds)
+        if profiler is not None:
+            profiler.add_compiled_run(self, kernel_seconds, seconds, started)
+
+    def _python_steps(self, batches, kept, values, seconds, kernel_seconds):
+        """The loop sink without the C loop; with `kernel_seconds`, each kernel timed (profiler)."""
         for k, batch in enumerate(batches):
             start = time.perf_counter()
             self.load_inputs(batch)
-            self.step()
+            if kernel_seconds is None:
+                self.step()
+            else:
+                for i, kernel in enumerate(self.plan):
+                    before = time.perf_counter()
+                    kernel()
+                    kernel_seconds[i] += time.perf_counter() - before
             values[k] = kept
             seconds[k] = time.perf_counter() - start
 

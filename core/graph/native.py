@@ -61,6 +61,46 @@ extern "C" void ms_sum_rows(void** p, const int64_t* n) {
   else sum_rows(static_cast<const float*>(p[0]), static_cast<float*>(p[1]), n[1], n[2]);
 }
 
+/* summary operators: p = {value, ring, counter}, n = {value bytes, ring capacity}; ring[counter++] = value */
+extern "C" void ms_summary_copy(void** p, const int64_t* n) {
+  int64_t* counter = static_cast<int64_t*>(p[2]);
+  const int64_t slot = counter[0] % n[1];
+  std::memcpy(static_cast<char*>(p[1]) + slot * n[0], p[0], n[0]);
+  counter[0] += 1;
+}
+
+/* one step with each instruction timed: kernel_seconds[i] += its wall time */
+extern "C" void ms_run_timed(const Instr* prog, int64_t count, double* kernel_seconds) {
+  double mark = now();
+  for (int64_t i = 0; i < count; ++i) {
+    prog[i].fn(prog[i].p, prog[i].n);
+    const double after = now();
+    kernel_seconds[i] += after - mark;
+    mark = after;
+  }
+}
+
+/* ms_loop with each instruction timed: kernel_seconds[i] accumulates instruction i over all steps */
+extern "C" void ms_loop_timed(const Instr* prog, int64_t count, int64_t steps, int64_t n_inputs,
+                              void* const* dst, const int64_t* nbytes, void* const* src,
+                              const void* loss, int64_t loss_is_double, double* losses, double* seconds,
+                              double* kernel_seconds) {
+  for (int64_t s = 0; s < steps; ++s) {
+    const double start = now();
+    for (int64_t k = 0; k < n_inputs; ++k) std::memcpy(dst[k], src[s * n_inputs + k], nbytes[k]);
+    double mark = now();
+    for (int64_t i = 0; i < count; ++i) {
+      prog[i].fn(prog[i].p, prog[i].n);
+      const double after = now();
+      kernel_seconds[i] += after - mark;
+      mark = after;
+    }
+    if (losses) losses[s] = loss_is_double ? *static_cast<const double*>(loss)
+                                           : static_cast<double>(*static_cast<const float*>(loss));
+    if (seconds) seconds[s] = now() - start;
+  }
+}
+
 /* numpy's BLAS: cblas_?gemm with 64-bit integers (ILP64, numpy's default build) or 32-bit ones. */
 typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t,
                           const float*, int64_t, float, float*, int64_t);
@@ -148,6 +188,8 @@ def runtime():
         library.ms_loop.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                     ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+        library.ms_loop_timed.argtypes = library.ms_loop.argtypes + [ctypes.c_void_p]
+        library.ms_run_timed.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
         blas = _numpy_blas()
         if blas is not None:
             library.ms_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]), ctypes.c_int64(blas[2]))
@@ -235,12 +277,19 @@ class NativeProgram:
         self._keep = []
         instrs = []
         self.python_calls = 0
-        for kernel in plan:
+        # kernels that keep values for the host (summary operators): told the step count before a
+        # run and drained after it
+        self._hosted = [k for k in plan if hasattr(k, "before_native") and getattr(k, "native", None)]
+        kernel_of_instr = []  # plan index of each C call (a collective's steps share their kernel's)
+        for index, kernel in enumerate(plan):
             native = getattr(kernel, "native", None)
             if native is not None and native[0] == "steps":  # several C calls (a collective and its copies)
                 instrs += [self._c_call(*step) for step in native[1]]
+                kernel_of_instr += [index] * len(native[1])
                 continue
             instrs.append(self._instr(kernel))
+            kernel_of_instr.append(index)
+        self._kernel_of_instr = np.asarray(kernel_of_instr, np.intp)
         self.count = len(instrs)
         self.instrs = (_Instr * max(1, self.count))(*instrs)
         self._run = library.ms_run
@@ -275,13 +324,23 @@ class NativeProgram:
         return _Instr(ctypes.cast(function, ctypes.c_void_p).value, ctypes.addressof(pointers),
                       ctypes.addressof(values))
 
-    def run(self):
-        """One step."""
-        self._run(self._address, self.count)
+    def run(self, kernel_seconds=None):
+        """One step; with `kernel_seconds` (float64, one per kernel) each kernel's time is added in."""
+        for kernel in self._hosted:
+            kernel.before_native(1)
+        if kernel_seconds is None:
+            self._run(self._address, self.count)
+        else:
+            instr_seconds = np.zeros(max(1, self.count), np.float64)
+            runtime().ms_run_timed(self._address, self.count, instr_seconds.ctypes.data)
+            np.add.at(kernel_seconds, self._kernel_of_instr, instr_seconds[:self.count])
+        for kernel in self._hosted:
+            kernel.after_native()
 
-    def loop(self, input_buffers, batches, loss, losses, seconds=None):
+    def loop(self, input_buffers, batches, loss, losses, seconds=None, kernel_seconds=None):
         """len(batches) steps: copy each batch into `input_buffers`, run, store the loss (and
-        each step's wall time in `seconds`, a float64 array, when given)."""
+        each step's wall time in `seconds`, a float64 array, when given). `kernel_seconds` (float64,
+        one entry per kernel) makes the C loop add each kernel's time into it (the profiler)."""
         steps, n_inputs = len(batches), len(input_buffers)
         sources = (ctypes.c_void_p * max(1, steps * n_inputs))()
         kept = []
@@ -293,6 +352,16 @@ class NativeProgram:
                 sources[s * n_inputs + k] = value.ctypes.data
         targets = (ctypes.c_void_p * max(1, n_inputs))(*[b.ctypes.data for b in input_buffers])
         sizes = (ctypes.c_int64 * max(1, n_inputs))(*[b.nbytes for b in input_buffers])
-        self._loop(self._address, self.count, steps, n_inputs, ctypes.addressof(targets), ctypes.addressof(sizes),
-                   ctypes.addressof(sources), loss.ctypes.data, int(loss.dtype == np.float64),
-                   losses.ctypes.data, None if seconds is None else seconds.ctypes.data)
+        arguments = (self._address, self.count, steps, n_inputs, ctypes.addressof(targets), ctypes.addressof(sizes),
+                     ctypes.addressof(sources), loss.ctypes.data, int(loss.dtype == np.float64),
+                     losses.ctypes.data, None if seconds is None else seconds.ctypes.data)
+        for kernel in self._hosted:
+            kernel.before_native(steps)
+        if kernel_seconds is None:
+            self._loop(*arguments)
+        else:
+            instr_seconds = np.zeros(max(1, self.count), np.float64)
+            runtime().ms_loop_timed(*arguments, instr_seconds.ctypes.data)
+            np.add.at(kernel_seconds, self._kernel_of_instr, instr_seconds[:self.count])
+        for kernel in self._hosted:
+            kernel.after_native()

@@ -22,12 +22,14 @@ from .state_ops import (Assign, Depend, L2Normalize, Print, ScatterNdUpdate, ass
                         l2_normalize, scatter_nd_update)
 from .hybrid import HybridSyntaxError  # noqa: F401
 from .sparse import SparseGatherV2  # noqa: F401
+from .summary_ops import HistogramSummary, ImageSummary, ScalarSummary, TensorSummary  # noqa: F401
 from ..autograd import GradOperation, grad, value_and_grad  # noqa: F401  (MindSpore: ops.grad, ...)
 
 __all__ = (functional.__all__ + classes.__all__ + classes_nn.__all__ + classes_extra.__all__
            + ["functional", "operations", "composite", "vmap", "REGISTRY", "Primitive", "ShardStrategy", "apply",
               "defop", "get",
-              "GradOperation", "grad", "value_and_grad", "SparseGatherV2"])
+              "GradOperation", "grad", "value_and_grad", "SparseGatherV2",
+              "ScalarSummary", "ImageSummary", "HistogramSummary", "TensorSummary"])
 
 _bind_tensor_methods(_Tensor)
 

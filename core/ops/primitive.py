@@ -188,6 +188,7 @@ class _Dispatch:
     """
     tracer = None
     strategy = None
+    profiler = None  # mstrain.profiler's recorder while a Profiler runs: it times each eager call
 
 
 dispatch = _Dispatch()
@@ -202,6 +203,12 @@ def _run(prim, inputs, attrs):
     tracer = dispatch.tracer
     if tracer is not None:
         return tracer.apply(prim, inputs, attrs)
+    if dispatch.profiler is not None:
+        return dispatch.profiler.run_op(prim, inputs, attrs, _eager)
+    return _eager(prim, inputs, attrs)
+
+
+def _eager(prim, inputs, attrs):
     args = [x._data if isinstance(x, Tensor) else x for x in inputs]
     out = prim.impl(*args, **attrs)
     if _dtype._Bfloat16State.used:  # bfloat16 data is float32 rounded on every write

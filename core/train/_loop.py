@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 
+from ..ops.primitive import dispatch
 from ..tensor import Tensor
 from .callback import RunContext
 
@@ -78,7 +79,13 @@ class TrainLoop:
     def _round_trip(self, steps):
         args, ctx = self.args, self.run_context
         self.callbacks.on_train_step_begin(ctx)
-        outputs = _per_step(self.runner.run(self.feed.take(steps)))
+        profiler = dispatch.profiler
+        batches = _keep_last(self.feed.take(steps), args)
+        if profiler is not None:
+            batches = profiler.timed_batches(batches, self.feed)
+        outputs = _per_step(self.runner.run(batches))
+        if profiler is not None:
+            profiler.finish_round_trip()
         if not outputs:
             raise RuntimeError(f"{type(self.runner).__name__}.run returned no step outputs for {steps} steps")
         args.step_outputs = outputs
@@ -86,6 +93,13 @@ class TrainLoop:
         args.cur_step_num += steps
         args.cur_step_in_epoch += steps
         self.callbacks.on_train_step_end(ctx)
+
+
+def _keep_last(batches, args):
+    """The batches, each left in `args.last_batch` as the runner takes it (summaries read it)."""
+    for batch in batches:
+        args.last_batch = batch
+        yield batch
 
 
 def _per_step(outputs):

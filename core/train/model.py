@@ -293,7 +293,10 @@ def _eval_batches(dataset, sink_mode):
 
 def _with_default_callbacks(callbacks):
     """The user's callbacks plus a History (returned by train/fit) and, on a terminal, a ProgressBar."""
+    from ..observe import ambient_callbacks
     callback_list = CallbackList(callbacks)
+    for callback in ambient_callbacks():  # a run's observers (profile / summary config keys)
+        callback_list.append(callback)
     history = next((cb for cb in callback_list if isinstance(cb, History)), None)
     if history is None:
         history = History()

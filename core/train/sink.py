@@ -10,6 +10,7 @@ returning to the caller (loop sink), so a resumed run repeats an uninterrupted o
 A network whose step cannot be traced (it takes Python decisions on tensor values, e.g. a
 custom loss-scale update cell deciding on the host) runs eagerly step by step, after a warning.
 """
+import time
 import warnings
 
 import numpy as np
@@ -122,7 +123,10 @@ class GraphSinkRunner:
         the compiled plan's: a run resumed from a checkpoint repeats an uninterrupted one bit for
         bit). A step that cannot be traced runs eagerly instead: returns its output, else None."""
         try:
+            from ..ops.summary_ops import discard_since, summary_mark
+            mark = summary_mark()
             self._function.compile_without_running(*[Tensor._wrap(a) for a in batch])
+            discard_since(mark)  # the trace's summary values: its effects are undone, the loop records
             return None
         except TracingError as exc:
             warnings.warn(f"GraphSinkRunner: {type(self.network).__name__} cannot be compiled ({exc}); "

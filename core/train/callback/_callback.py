@@ -34,6 +34,7 @@ class RunContextArgs:
     batch_num: int = 0                        # steps per epoch (sink_size > 0: sink_size)
     net_outputs: Any = None                   # output of the last step: the loss (or a tuple)
     step_outputs: list = dataclasses.field(default_factory=list)  # outputs of every step of the last round trip
+    last_batch: Any = None                    # the last batch the last round trip trained on
     network: Any = None                       # the network given to Model (forward only)
     loss_fn: Any = None
     optimizer: Any = None
