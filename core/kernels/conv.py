@@ -1,0 +1,274 @@
+"""Convolution and pooling kernels on NCHW arrays: the gathers around the GEMMs of a convolution
+(im2col and its adjoint col2im) and max / average pooling with their backward passes.
+
+    im2col(x, kernel, stride, padding, dilation, out_hw)      (C*kh*kw, N*OH*OW) columns:
+        cols[(c*kh + i)*kw + j, (n*OH + oh)*OW + ow] = x[n, c, oh*sh - top + i*dh, ow*sw - left + j*dw]
+        (0 where that falls in the padding); a convolution is then W (O, C*kh*kw) @ cols
+    col2im(cols, x_shape, kernel, stride, padding, dilation)  the adjoint: each entry added back where
+                                                              im2col read it
+    max_pool2d_forward(x, kernel, stride, padding)            maximum of each window (padding = -inf)
+    max_pool2d_backward(x, grad, kernel, stride, padding)     grad added at each window's argmax of x
+    max_pool2d_select(x, values, kernel, stride, padding)     values read at each window's argmax of x
+    avg_pool2d_forward(x, kernel, stride, padding, count_include_pad)
+    avg_pool2d_backward(grad, x_shape, kernel, stride, padding, count_include_pad)
+
+`kernel`, `stride`, `dilation` are (h, w) pairs, `padding` is (top, bottom, left, right). The argmax
+of a window is its first maximum in row-major order (a NaN wins), as numpy's argmax. Each function
+runs the C++ kernel of `core/kernels/src/conv.cpp` when it is built, not disabled by
+MSTRAIN_DISABLE_KERNELS and the dtype is float32 or float64, else the numpy reference
+`reference_<name>` below; the tests compare the two.
+"""
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..errors import ShapeError
+from . import _native
+
+__all__ = ["im2col", "col2im", "max_pool2d_forward", "max_pool2d_backward", "max_pool2d_select",
+           "avg_pool2d_forward", "avg_pool2d_backward", "output_hw"]
+
+_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def output_hw(in_hw, kernel, stride, padding, dilation=(1, 1)):
+    """(OH, OW) of a window sliding over `in_hw`; a ShapeError when no window fits."""
+    oh = (in_hw[0] + padding[0] + padding[1] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
+    ow = (in_hw[1] + padding[2] + padding[3] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"conv/pool: a {kernel[0]}x{kernel[1]} window (dilation {tuple(dilation)}) does not fit "
+                         f"the {in_hw[0]}x{in_hw[1]} input padded by {tuple(padding)}")
+    return oh, ow
+
+
+def _geometry(x_shape, out_hw, kernel, stride, padding, dilation=(1, 1)):
+    n, c, h, w = x_shape
+    return [int(v) for v in (n, c, h, w, out_hw[0], out_hw[1], kernel[0], kernel[1], stride[0], stride[1],
+                             padding[0], padding[2], dilation[0], dilation[1])]
+
+
+def _covered_hw(x_shape, kernel, stride, padding, dilation, out_hw, name):
+    """`out_hw`, the leading windows only (a transposed convolution's input may cover fewer windows
+    than fit), or all windows when None."""
+    full = output_hw(x_shape[2:], kernel, stride, padding, dilation)
+    if out_hw is None:
+        return full
+    out_hw = tuple(int(v) for v in out_hw)
+    if not (1 <= out_hw[0] <= full[0] and 1 <= out_hw[1] <= full[1]):
+        raise ShapeError(f"{name}: {out_hw[0]}x{out_hw[1]} windows asked of {tuple(x_shape)}, which has {full[0]}x{full[1]}")
+    return out_hw
+
+
+def _kernel_for(name, *arrays):
+    if any(a.dtype not in _NATIVE_DTYPES or a.dtype != arrays[0].dtype for a in arrays):
+        return None
+    return _native(name)  # the callers pass contiguous copies
+
+
+def _check_nchw(x, name):
+    if x.ndim != 4:
+        raise ShapeError(f"{name} must be (N, C, H, W), got shape {x.shape}")
+
+
+# ---- numpy references ---------------------------------------------------------------------------
+
+def _padded(x, padding, value=0.0):
+    top, bottom, left, right = padding
+    if not (top or bottom or left or right):
+        return x
+    return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
+
+
+def _windows(xp, kernel, stride, dilation, out_hw):
+    """(N, C, OH, OW, kh, kw) strided view of the padded input `xp` (no copy)."""
+    n, c = xp.shape[:2]
+    s = xp.strides
+    return as_strided(xp, (n, c, out_hw[0], out_hw[1], kernel[0], kernel[1]),
+                      (s[0], s[1], s[2] * stride[0], s[3] * stride[1], s[2] * dilation[0], s[3] * dilation[1]),
+                      writeable=False)
+
+
+def reference_im2col(x, kernel, stride, padding, dilation, out_hw):
+    win = _windows(_padded(x, padding), kernel, stride, dilation, out_hw)   # (N, C, OH, OW, kh, kw)
+    rows = x.shape[1] * kernel[0] * kernel[1]
+    return np.ascontiguousarray(win.transpose(1, 4, 5, 0, 2, 3)).reshape(rows, -1)
+
+
+def reference_col2im(cols, x_shape, kernel, stride, padding, dilation, out_hw=None):
+    n, c, h, w = x_shape
+    top, bottom, left, right = padding
+    oh, ow = out_hw or output_hw((h, w), kernel, stride, padding, dilation)
+    taps = cols.reshape(c, kernel[0], kernel[1], n, oh, ow)
+    out = np.zeros((n, c, h + top + bottom, w + left + right), dtype=cols.dtype)
+    for i in range(kernel[0]):  # one strided add per kernel tap
+        row = i * dilation[0]
+        for j in range(kernel[1]):
+            col = j * dilation[1]
+            out[:, :, row:row + stride[0] * (oh - 1) + 1:stride[0],
+                col:col + stride[1] * (ow - 1) + 1:stride[1]] += taps[:, i, j].transpose(1, 0, 2, 3)
+    return np.ascontiguousarray(out[:, :, top:top + h, left:left + w])
+
+
+def _pool_windows(x, kernel, stride, padding, fill):
+    out_hw = output_hw(x.shape[2:], kernel, stride, padding)
+    win = _windows(_padded(x, padding, fill), kernel, stride, (1, 1), out_hw)
+    return win.reshape(win.shape[:4] + (-1,)), out_hw                       # (N, C, OH, OW, kh*kw)
+
+
+def _argmax_index(x, kernel, stride, padding):
+    """Flat index into the padded plane of each window's maximum (first one on ties)."""
+    win, (oh, ow) = _pool_windows(x, kernel, stride, padding, -np.inf)
+    k = win.argmax(axis=-1)                                                 # (N, C, OH, OW)
+    wp = x.shape[3] + padding[2] + padding[3]
+    rows = np.arange(oh)[:, None] * stride[0] + k // kernel[1]
+    cols = np.arange(ow)[None, :] * stride[1] + k % kernel[1]
+    return rows * wp + cols
+
+
+def reference_max_pool2d_forward(x, kernel, stride, padding):
+    win, _ = _pool_windows(x, kernel, stride, padding, -np.inf)
+    return win.max(axis=-1)
+
+
+def reference_max_pool2d_backward(x, grad, kernel, stride, padding):
+    n, c, h, w = x.shape
+    hp, wp = h + padding[0] + padding[1], w + padding[2] + padding[3]
+    flat = _argmax_index(x, kernel, stride, padding).reshape(n * c, -1)
+    out = np.zeros((n * c, hp * wp), dtype=grad.dtype)
+    base = (np.arange(n * c) * hp * wp)[:, None]
+    np.add.at(out.reshape(-1), (flat + base).reshape(-1), grad.reshape(-1))
+    out = out.reshape(n, c, hp, wp)[:, :, padding[0]:padding[0] + h, padding[2]:padding[2] + w]
+    return np.ascontiguousarray(out)
+
+
+def reference_max_pool2d_select(x, values, kernel, stride, padding):
+    n, c, h, w = x.shape
+    padded = _padded(values, padding).reshape(n * c, -1)
+    flat = _argmax_index(x, kernel, stride, padding).reshape(n * c, -1)
+    oh, ow = output_hw((h, w), kernel, stride, padding)
+    return np.take_along_axis(padded, flat, axis=1).reshape(n, c, oh, ow)
+
+
+def window_counts(in_hw, kernel, stride, padding, count_include_pad):
+    """Divisor of each average: kh*kw, or the number of real (unpadded) elements in the window."""
+    if count_include_pad or not any(padding):
+        return float(kernel[0] * kernel[1])
+    win, _ = _pool_windows(np.ones((1, 1) + tuple(in_hw)), kernel, stride, padding, 0.0)
+    return win.sum(axis=-1)[0, 0]
+
+
+def reference_avg_pool2d_forward(x, kernel, stride, padding, count_include_pad):
+    win, _ = _pool_windows(x, kernel, stride, padding, 0.0)
+    counts = window_counts(x.shape[2:], kernel, stride, padding, count_include_pad)
+    return (win.sum(axis=-1) / counts).astype(x.dtype, copy=False)
+
+
+def reference_avg_pool2d_backward(grad, x_shape, kernel, stride, padding, count_include_pad):
+    n, c, h, w = x_shape
+    share = grad / window_counts((h, w), kernel, stride, padding, count_include_pad)
+    oh, ow = grad.shape[2:]
+    out = np.zeros((n, c, h + padding[0] + padding[1], w + padding[2] + padding[3]), dtype=grad.dtype)
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            out[:, :, i:i + stride[0] * (oh - 1) + 1:stride[0], j:j + stride[1] * (ow - 1) + 1:stride[1]] += share
+    return np.ascontiguousarray(out[:, :, padding[0]:padding[0] + h, padding[2]:padding[2] + w])
+
+
+# ---- dispatch -----------------------------------------------------------------------------------
+
+def im2col(x, kernel, stride, padding, dilation, out_hw=None):
+    """(C*kh*kw, N*OH*OW) columns of the NCHW input x (see the module docstring)."""
+    x = np.asarray(x)
+    _check_nchw(x, "im2col input")
+    out_hw = _covered_hw(x.shape, kernel, stride, padding, dilation, out_hw, "im2col")
+    native = _kernel_for("conv_im2col", x)
+    if native is None:
+        return reference_im2col(x, kernel, stride, padding, dilation, out_hw)
+    n, c = x.shape[:2]
+    cols = np.empty((c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1]), dtype=x.dtype)
+    native(np.ascontiguousarray(x), cols, _geometry(x.shape, out_hw, kernel, stride, padding, dilation))
+    return cols
+
+
+def col2im(cols, x_shape, kernel, stride, padding, dilation, out_hw=None):
+    """The adjoint of im2col: an x_shape array where each column entry is added back."""
+    cols = np.asarray(cols)
+    out_hw = _covered_hw(x_shape, kernel, stride, padding, dilation, out_hw, "col2im")
+    n, c = x_shape[:2]
+    expected = (c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1])
+    if cols.shape != expected:
+        raise ShapeError(f"col2im: columns have shape {cols.shape}, {tuple(x_shape)} needs {expected}")
+    native = _kernel_for("conv_col2im", cols)
+    if native is None:
+        return reference_col2im(cols, x_shape, kernel, stride, padding, dilation, out_hw)
+    x = np.empty(tuple(x_shape), dtype=cols.dtype)
+    native(np.ascontiguousarray(cols), x, _geometry(x_shape, out_hw, kernel, stride, padding, dilation))
+    return x
+
+
+def max_pool2d_forward(x, kernel, stride, padding):
+    x = np.asarray(x)
+    _check_nchw(x, "max_pool2d input")
+    out_hw = output_hw(x.shape[2:], kernel, stride, padding)
+    native = _kernel_for("max_pool2d_forward", x)
+    if native is None:
+        return reference_max_pool2d_forward(x, kernel, stride, padding)
+    out = np.empty(x.shape[:2] + out_hw, dtype=x.dtype)
+    native(np.ascontiguousarray(x), out, _geometry(x.shape, out_hw, kernel, stride, padding))
+    return out
+
+
+def _pool_pair(x, other, kernel, stride, padding, other_hw, name):
+    _check_nchw(x, f"{name} x")
+    out_hw = output_hw(x.shape[2:], kernel, stride, padding)
+    expected = x.shape[:2] + (out_hw if other_hw == "out" else x.shape[2:])
+    if other.shape != expected:
+        raise ShapeError(f"{name}: second operand has shape {other.shape}, expected {expected}")
+    return out_hw
+
+
+def max_pool2d_backward(x, grad, kernel, stride, padding):
+    x, grad = np.asarray(x), np.asarray(grad)
+    out_hw = _pool_pair(x, grad, kernel, stride, padding, "out", "max_pool2d_backward")
+    native = _kernel_for("max_pool2d_backward", x, grad)
+    if native is None:
+        return reference_max_pool2d_backward(x, grad, kernel, stride, padding)
+    dx = np.empty(x.shape, dtype=x.dtype)
+    native(np.ascontiguousarray(x), np.ascontiguousarray(grad), dx, _geometry(x.shape, out_hw, kernel, stride, padding))
+    return dx
+
+
+def max_pool2d_select(x, values, kernel, stride, padding):
+    x, values = np.asarray(x), np.asarray(values)
+    out_hw = _pool_pair(x, values, kernel, stride, padding, "in", "max_pool2d_select")
+    native = _kernel_for("max_pool2d_select", x, values)
+    if native is None:
+        return reference_max_pool2d_select(x, values, kernel, stride, padding)
+    out = np.empty(x.shape[:2] + out_hw, dtype=x.dtype)
+    native(np.ascontiguousarray(x), np.ascontiguousarray(values), out,
+           _geometry(x.shape, out_hw, kernel, stride, padding))
+    return out
+
+
+def avg_pool2d_forward(x, kernel, stride, padding, count_include_pad=True):
+    x = np.asarray(x)
+    _check_nchw(x, "avg_pool2d input")
+    out_hw = output_hw(x.shape[2:], kernel, stride, padding)
+    native = _kernel_for("avg_pool2d_forward", x)
+    if native is None:
+        return reference_avg_pool2d_forward(x, kernel, stride, padding, count_include_pad)
+    out = np.empty(x.shape[:2] + out_hw, dtype=x.dtype)
+    native(np.ascontiguousarray(x), out, _geometry(x.shape, out_hw, kernel, stride, padding), bool(count_include_pad))
+    return out
+
+
+def avg_pool2d_backward(grad, x_shape, kernel, stride, padding, count_include_pad=True):
+    grad = np.asarray(grad)
+    out_hw = output_hw(x_shape[2:], kernel, stride, padding)
+    if grad.shape != tuple(x_shape[:2]) + out_hw:
+        raise ShapeError(f"avg_pool2d_backward: grad has shape {grad.shape}, expected {tuple(x_shape[:2]) + out_hw}")
+    native = _kernel_for("avg_pool2d_backward", grad)
+    if native is None:
+        return reference_avg_pool2d_backward(grad, x_shape, kernel, stride, padding, count_include_pad)
+    dx = np.empty(tuple(x_shape), dtype=grad.dtype)
+    native(np.ascontiguousarray(grad), dx, _geometry(x_shape, out_hw, kernel, stride, padding), bool(count_include_pad))
+    return dx

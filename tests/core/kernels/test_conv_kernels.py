@@ -1,0 +1,128 @@
+"""The convolution and pooling kernels (mstrain.kernels.conv): C++ against the numpy references, and
+the references against plain loops."""
+import numpy as np
+import pytest
+
+from mstrain import kernels
+from mstrain.errors import ShapeError
+from mstrain.kernels import conv as K
+
+NAMES = ["conv_im2col", "conv_col2im", "max_pool2d_forward", "max_pool2d_backward", "max_pool2d_select",
+         "avg_pool2d_forward", "avg_pool2d_backward"]
+
+# (x shape, kernel, stride, padding (top, bottom, left, right), dilation)
+GEOMETRIES = [
+    ((2, 3, 7, 6), (3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),
+    ((3, 2, 9, 8), (3, 2), (2, 3), (1, 2, 0, 1), (1, 1)),
+    ((1, 4, 8, 9), (2, 3), (1, 2), (2, 1, 1, 2), (2, 1)),
+    ((2, 1, 5, 5), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+]
+POOLS = [g for g in GEOMETRIES if g[3][0] < g[1][0] and g[3][1] < g[1][0] and max(g[3][2:]) < g[1][1]]
+
+
+def _native_only(monkeypatch):
+    monkeypatch.delenv("MSTRAIN_DISABLE_KERNELS", raising=False)
+    if not all(kernels.available(name) for name in NAMES):
+        pytest.skip("C++ conv kernels are not built (pip install -e . builds them)")
+
+
+def _tol(dtype):
+    return dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+
+
+def _loop_im2col(x, kernel, stride, padding, dilation):
+    n, c, h, w = x.shape
+    oh, ow = K.output_hw((h, w), kernel, stride, padding, dilation)
+    cols = np.zeros((c, kernel[0], kernel[1], n, oh, ow), x.dtype)
+    for ci, i, j, ni, r, q in np.ndindex(cols.shape):
+        ih = r * stride[0] - padding[0] + i * dilation[0]
+        iw = q * stride[1] - padding[2] + j * dilation[1]
+        if 0 <= ih < h and 0 <= iw < w:
+            cols[ci, i, j, ni, r, q] = x[ni, ci, ih, iw]
+    return cols.reshape(c * kernel[0] * kernel[1], -1)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_im2col_reference_matches_loop_and_col2im_is_its_adjoint(geometry):
+    shape, kernel, stride, padding, dilation = geometry
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape)
+    cols = K.reference_im2col(x, kernel, stride, padding, dilation,
+                              K.output_hw(shape[2:], kernel, stride, padding, dilation))
+    np.testing.assert_array_equal(cols, _loop_im2col(x, kernel, stride, padding, dilation))
+    c = rng.standard_normal(cols.shape)
+    back = K.reference_col2im(c, shape, kernel, stride, padding, dilation)
+    np.testing.assert_allclose(np.vdot(cols, c), np.vdot(x, back), rtol=1e-12)  # <im2col x, c> = <x, col2im c>
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_native_im2col_col2im_match_numpy(monkeypatch, geometry, dtype):
+    _native_only(monkeypatch)
+    shape, kernel, stride, padding, dilation = geometry
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape).astype(dtype)
+    out_hw = K.output_hw(shape[2:], kernel, stride, padding, dilation)
+    cols = K.im2col(x, kernel, stride, padding, dilation)
+    np.testing.assert_array_equal(cols, K.reference_im2col(x, kernel, stride, padding, dilation, out_hw))
+    c = rng.standard_normal(cols.shape).astype(dtype)
+    np.testing.assert_allclose(K.col2im(c, shape, kernel, stride, padding, dilation),
+                               K.reference_col2im(c, shape, kernel, stride, padding, dilation), **_tol(dtype))
+
+
+def _pool_input(rng, shape, dtype):
+    """Values with ties (rounded) so the first-maximum rule is exercised."""
+    return np.round(rng.standard_normal(shape) * 2).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", POOLS)
+def test_native_max_pool_matches_numpy(monkeypatch, geometry, dtype):
+    _native_only(monkeypatch)
+    shape, kernel, stride, padding, _ = geometry
+    rng = np.random.default_rng(3)
+    x = _pool_input(rng, shape, dtype)
+    x.flat[5] = np.nan  # a NaN wins its windows, as numpy's max / argmax
+    out = K.max_pool2d_forward(x, kernel, stride, padding)
+    np.testing.assert_array_equal(out, K.reference_max_pool2d_forward(x, kernel, stride, padding))
+    g = rng.standard_normal(out.shape).astype(dtype)
+    np.testing.assert_allclose(K.max_pool2d_backward(x, g, kernel, stride, padding),
+                               K.reference_max_pool2d_backward(x, g, kernel, stride, padding), **_tol(dtype))
+    values = rng.standard_normal(shape).astype(dtype)
+    np.testing.assert_array_equal(K.max_pool2d_select(x, values, kernel, stride, padding),
+                                  K.reference_max_pool2d_select(x, values, kernel, stride, padding))
+
+
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", POOLS)
+def test_native_avg_pool_matches_numpy(monkeypatch, geometry, dtype, count_include_pad):
+    _native_only(monkeypatch)
+    shape, kernel, stride, padding, _ = geometry
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(shape).astype(dtype)
+    out = K.avg_pool2d_forward(x, kernel, stride, padding, count_include_pad)
+    np.testing.assert_allclose(out, K.reference_avg_pool2d_forward(x, kernel, stride, padding, count_include_pad),
+                               **_tol(dtype))
+    g = rng.standard_normal(out.shape).astype(dtype)
+    np.testing.assert_allclose(K.avg_pool2d_backward(g, shape, kernel, stride, padding, count_include_pad),
+                               K.reference_avg_pool2d_backward(g, shape, kernel, stride, padding, count_include_pad),
+                               **_tol(dtype))
+
+
+def test_numpy_path_when_disabled(monkeypatch):
+    monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "1")
+    calls = []
+    monkeypatch.setattr(K, "reference_max_pool2d_forward", lambda *a: calls.append(a) or "numpy")
+    assert K.max_pool2d_forward(np.zeros((1, 1, 4, 4), np.float32), (2, 2), (2, 2), (0, 0, 0, 0)) == "numpy"
+    assert len(calls) == 1
+
+
+def test_bad_shapes_name_the_operand():
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    with pytest.raises(ShapeError, match="does not fit"):
+        K.im2col(x, (5, 5), (1, 1), (0, 0, 0, 0), (1, 1))
+    with pytest.raises(ShapeError, match="second operand"):
+        K.max_pool2d_backward(x, np.zeros((1, 2, 3, 3), np.float32), (2, 2), (2, 2), (0, 0, 0, 0))
+    with pytest.raises(ShapeError, match="columns have shape"):
+        K.col2im(np.zeros((3, 4), np.float32), (1, 2, 4, 4), (2, 2), (1, 1), (0, 0, 0, 0), (1, 1))
