@@ -11,6 +11,13 @@
     max_pool2d_select(x, values, kernel, stride, padding)     values read at each window's argmax of x
     avg_pool2d_forward(x, kernel, stride, padding, count_include_pad)
     avg_pool2d_backward(grad, x_shape, kernel, stride, padding, count_include_pad)
+    conv2d_forward(x, w, stride, padding, dilation, groups)   (N, O, OH, OW): w (O, C/groups, kh, kw) @ columns
+    conv2d_backward_filter(x, grad, w_shape, stride, padding, dilation, groups)   the weight gradient
+    conv2d_backward_input(grad, w, x_shape, stride, padding, dilation, groups)    the input gradient
+
+The three convolution passes are GEMMs around im2col / col2im. The C++ kernels run them on chunks of
+the batch whose columns fit in the cache, calling the cblas_?gemm numpy itself uses; the numpy
+references make the columns of the whole batch and call np.matmul.
 
 `kernel`, `stride`, `dilation` are (h, w) pairs, `padding` is (top, bottom, left, right). The argmax
 of a window is its first maximum in row-major order (a NaN wins), as numpy's argmax. Each function
@@ -24,7 +31,7 @@ from numpy.lib.stride_tricks import as_strided
 from ..errors import ShapeError
 from . import _native
 
-__all__ = ["im2col", "col2im", "max_pool2d_forward", "max_pool2d_backward", "max_pool2d_select",
+__all__ = ["conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input", "im2col", "col2im", "max_pool2d_forward", "max_pool2d_backward", "max_pool2d_select",
            "avg_pool2d_forward", "avg_pool2d_backward", "output_hw"]
 
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -67,6 +74,23 @@ def _kernel_for(name, *arrays):
 def _check_nchw(x, name):
     if x.ndim != 4:
         raise ShapeError(f"{name} must be (N, C, H, W), got shape {x.shape}")
+
+
+_blas_state = {}  # "ready": numpy's cblas_?gemm handed to the extension, or False when not found
+
+
+def _conv_kernel(name, *arrays):
+    """The C++ convolution pass `name` once numpy's BLAS is handed over, or None."""
+    native = _kernel_for(name, *arrays)
+    if native is None:
+        return None
+    if "ready" not in _blas_state:
+        from ..graph.native import _numpy_blas  # the cblas_?gemm numpy's matmul calls
+        blas = _numpy_blas()
+        if blas is not None:
+            _native("conv_set_blas")(blas[0], blas[1], bool(blas[2]))
+        _blas_state["ready"] = blas is not None
+    return native if _blas_state["ready"] else None
 
 
 # ---- numpy references ---------------------------------------------------------------------------
@@ -173,6 +197,41 @@ def reference_avg_pool2d_backward(grad, x_shape, kernel, stride, padding, count_
     return np.ascontiguousarray(out[:, :, padding[0]:padding[0] + h, padding[2]:padding[2] + w])
 
 
+def _channel_major(a, groups):
+    """(N, O, *spatial) -> (G, O/G, N*spatial): channels first, as the GEMMs need them."""
+    n, o = a.shape[:2]
+    rows = np.ascontiguousarray(a.reshape(n, o, -1).transpose(1, 0, 2))
+    return rows.reshape(groups, o // groups, -1)
+
+
+def _gemm(a, b):
+    """(G, M, K) @ (G, K, N): one plain 2-D BLAS call when G == 1."""
+    return np.matmul(a[0], b[0])[None] if a.shape[0] == 1 else np.matmul(a, b)
+
+
+def reference_conv2d_forward(x, w, stride, padding, dilation, groups):
+    n, o = x.shape[0], w.shape[0]
+    oh, ow = output_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
+    cols = reference_im2col(x, w.shape[2:], stride, padding, dilation, (oh, ow))   # (C*kh*kw, N*OH*OW)
+    w_mat = w.reshape(groups, o // groups, -1)                                      # (G, O/G, C/G*kh*kw)
+    out = _gemm(w_mat, cols.reshape(groups, w_mat.shape[2], -1))                    # (G, O/G, N*OH*OW)
+    return np.ascontiguousarray(out.reshape(o, n, oh * ow).transpose(1, 0, 2)).reshape(n, o, oh, ow)
+
+
+def reference_conv2d_backward_filter(x, grad, w_shape, stride, padding, dilation, groups):
+    cols = reference_im2col(x, w_shape[2:], stride, padding, dilation, grad.shape[2:])
+    cols = cols.reshape(groups, -1, cols.shape[1]).transpose(0, 2, 1)               # (G, N*OH*OW, C/G*kh*kw)
+    return _gemm(_channel_major(grad, groups), cols).reshape(w_shape)
+
+
+def reference_conv2d_backward_input(grad, w, x_shape, stride, padding, dilation, groups):
+    o = w.shape[0]
+    w_mat = w.reshape(groups, o // groups, -1).transpose(0, 2, 1)                   # (G, C/G*kh*kw, O/G)
+    cols = _gemm(w_mat, _channel_major(grad, groups))                               # (G, C/G*kh*kw, N*OH*OW)
+    return reference_col2im(cols.reshape(-1, cols.shape[2]), x_shape, w.shape[2:], stride, padding, dilation,
+                            grad.shape[2:])
+
+
 # ---- dispatch -----------------------------------------------------------------------------------
 
 def im2col(x, kernel, stride, padding, dilation, out_hw=None):
@@ -271,4 +330,60 @@ def avg_pool2d_backward(grad, x_shape, kernel, stride, padding, count_include_pa
         return reference_avg_pool2d_backward(grad, x_shape, kernel, stride, padding, count_include_pad)
     dx = np.empty(tuple(x_shape), dtype=grad.dtype)
     native(np.ascontiguousarray(grad), dx, _geometry(x_shape, out_hw, kernel, stride, padding), bool(count_include_pad))
+    return dx
+
+
+def _conv_geometry(x_shape, w_shape, groups, name):
+    if len(x_shape) != 4 or len(w_shape) != 4:
+        raise ShapeError(f"{name}: input {list(x_shape)} and weight {list(w_shape)} must be 4-D (NCHW, OIhw)")
+    if groups < 1 or x_shape[1] % groups or w_shape[0] % groups or x_shape[1] // groups != w_shape[1]:
+        raise ShapeError(f"{name}: input channels {x_shape[1]}, weight {list(w_shape)} and groups {groups} "
+                         "do not fit (weight must be (out, in / groups, kh, kw))")
+
+
+def conv2d_forward(x, w, stride, padding, dilation, groups=1):
+    """(N, C, H, W) * (O, C/groups, kh, kw) -> (N, O, OH, OW), cross-correlation."""
+    x, w = np.asarray(x), np.asarray(w)
+    _conv_geometry(x.shape, w.shape, groups, "conv2d")
+    out_hw = output_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
+    native = _conv_kernel("conv2d_forward", x, w) if x.shape[0] else None
+    if native is None:
+        return reference_conv2d_forward(x, w, stride, padding, dilation, groups)
+    out = np.empty((x.shape[0], w.shape[0]) + out_hw, dtype=x.dtype)
+    native(np.ascontiguousarray(x), np.ascontiguousarray(w), out,
+           _geometry(x.shape, out_hw, w.shape[2:], stride, padding, dilation), w.shape[0], groups)
+    return out
+
+
+def conv2d_backward_filter(x, grad, w_shape, stride, padding, dilation, groups=1):
+    """The weight gradient of conv2d_forward: (O, C/groups, kh, kw)."""
+    x, grad = np.asarray(x), np.asarray(grad)
+    w_shape = tuple(int(v) for v in w_shape)
+    _conv_geometry(x.shape, w_shape, groups, "conv2d_backward_filter")
+    out_hw = _covered_hw(x.shape, w_shape[2:], stride, padding, dilation, grad.shape[2:], "conv2d_backward_filter")
+    if grad.shape[:2] != (x.shape[0], w_shape[0]):
+        raise ShapeError(f"conv2d_backward_filter: grad {grad.shape} does not fit input {x.shape} and weight {w_shape}")
+    native = _conv_kernel("conv2d_backward_filter", x, grad) if x.shape[0] else None
+    if native is None:
+        return reference_conv2d_backward_filter(x, grad, w_shape, stride, padding, dilation, groups)
+    dw = np.empty(w_shape, dtype=x.dtype)
+    native(np.ascontiguousarray(x), np.ascontiguousarray(grad), dw,
+           _geometry(x.shape, out_hw, w_shape[2:], stride, padding, dilation), w_shape[0], groups)
+    return dw
+
+
+def conv2d_backward_input(grad, w, x_shape, stride, padding, dilation, groups=1):
+    """The input gradient of conv2d_forward (a transposed convolution of grad): x_shape."""
+    grad, w = np.asarray(grad), np.asarray(w)
+    x_shape = tuple(int(v) for v in x_shape)
+    _conv_geometry(x_shape, w.shape, groups, "conv2d_backward_input")
+    out_hw = _covered_hw(x_shape, w.shape[2:], stride, padding, dilation, grad.shape[2:], "conv2d_backward_input")
+    if grad.shape[:2] != (x_shape[0], w.shape[0]):
+        raise ShapeError(f"conv2d_backward_input: grad {grad.shape} does not fit input {x_shape} and weight {w.shape}")
+    native = _conv_kernel("conv2d_backward_input", grad, w) if x_shape[0] else None
+    if native is None:
+        return reference_conv2d_backward_input(grad, w, x_shape, stride, padding, dilation, groups)
+    dx = np.empty(x_shape, dtype=grad.dtype)
+    native(np.ascontiguousarray(grad), np.ascontiguousarray(w), dx,
+           _geometry(x_shape, out_hw, w.shape[2:], stride, padding, dilation), w.shape[0], groups)
     return dx

@@ -35,10 +35,6 @@ def same_padding(size, kernel, stride, dilation=1):
     return total // 2, total - total // 2
 
 
-def _out_hw(in_hw, kernel, stride, padding, dilation):
-    return _k.output_hw(in_hw, kernel, stride, padding, dilation)
-
-
 def _compute_dtype(*arrays):
     """float16 (and other narrow floats) compute in float32: BLAS and the kernels have no float16."""
     dtype = np.result_type(*arrays)
@@ -47,18 +43,6 @@ def _compute_dtype(*arrays):
 
 def _as(array, dtype):
     return np.asarray(array).astype(dtype, copy=False)
-
-
-def _channel_major(a, groups):
-    """(N, O, *spatial) -> (G, O/G, N*spatial): channels first, as the GEMMs need them."""
-    n, o = a.shape[:2]
-    rows = np.ascontiguousarray(a.reshape(n, o, -1).transpose(1, 0, 2))
-    return rows.reshape(groups, o // groups, -1)
-
-
-def _gemm(a, b):
-    """(G, M, K) @ (G, K, N): one plain 2-D BLAS call when G == 1."""
-    return np.matmul(a[0], b[0])[None] if a.shape[0] == 1 else np.matmul(a, b)
 
 
 def _check(x_shape, w_shape, groups):
@@ -74,13 +58,8 @@ def conv2d(x, weight, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), grou
     """(N, C, H, W) * (O, C/groups, kh, kw) -> (N, O, OH, OW), cross-correlation as in every framework."""
     _check(x.shape, weight.shape, groups)
     dtype = _compute_dtype(x, weight)
-    n, o = x.shape[0], weight.shape[0]
-    oh, ow = _out_hw(x.shape[2:], weight.shape[2:], stride, padding, dilation)
-    cols = _k.im2col(_as(x, dtype), weight.shape[2:], stride, padding, dilation, (oh, ow))  # (C*kh*kw, N*OH*OW)
-    w_mat = _as(weight, dtype).reshape(groups, o // groups, -1)               # (G, O/G, C/G*kh*kw)
-    out = _gemm(w_mat, cols.reshape(groups, w_mat.shape[2], -1))              # (G, O/G, N*OH*OW)
-    out = out.reshape(o, n, oh * ow).transpose(1, 0, 2)
-    return np.ascontiguousarray(out, dtype=np.result_type(x, weight)).reshape(n, o, oh, ow)
+    out = _k.conv2d_forward(_as(x, dtype), _as(weight, dtype), stride, padding, dilation, groups)
+    return out.astype(np.result_type(x, weight), copy=False)
 
 
 @conv2d.defvjp
@@ -98,11 +77,7 @@ def _(ctx, g):
 def conv2d_backprop_input(g, weight, input_shape, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
     """The adjoint of conv2d in its input (a transposed convolution): (N, O, OH, OW) -> input_shape."""
     dtype = _compute_dtype(g, weight)
-    o = weight.shape[0]
-    w_mat = _as(weight, dtype).reshape(groups, o // groups, -1).transpose(0, 2, 1)   # (G, C/G*kh*kw, O/G)
-    cols = _gemm(w_mat, _channel_major(_as(g, dtype), groups))                 # (G, C/G*kh*kw, N*OH*OW)
-    out = _k.col2im(cols.reshape(-1, cols.shape[2]), tuple(input_shape), weight.shape[2:], stride, padding, dilation,
-                    g.shape[2:])
+    out = _k.conv2d_backward_input(_as(g, dtype), _as(weight, dtype), input_shape, stride, padding, dilation, groups)
     return out.astype(np.result_type(g, weight), copy=False)
 
 
@@ -120,11 +95,8 @@ def _(ctx, gg):
 def conv2d_backprop_filter(x, g, filter_shape, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
     """The adjoint of conv2d in its weight: sum over the batch of windows x output gradient."""
     dtype = _compute_dtype(x, g)
-    o = filter_shape[0]
-    cols = _k.im2col(_as(x, dtype), filter_shape[2:], stride, padding, dilation, g.shape[2:])
-    cols = cols.reshape(groups, -1, cols.shape[1]).transpose(0, 2, 1)         # (G, N*OH*OW, C/G*kh*kw)
-    gw = _gemm(_channel_major(_as(g, dtype), groups), cols)                    # (G, O/G, C/G*kh*kw)
-    return gw.reshape(o, *filter_shape[1:]).astype(np.result_type(x, g), copy=False)
+    out = _k.conv2d_backward_filter(_as(x, dtype), _as(g, dtype), filter_shape, stride, padding, dilation, groups)
+    return out.astype(np.result_type(x, g), copy=False)
 
 
 @conv2d_backprop_filter.defvjp

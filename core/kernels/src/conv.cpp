@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -305,6 +306,138 @@ void avg_pool_backward(const T* grad, T* dx, const Geometry& g, bool count_inclu
     });
 }
 
+// -- whole convolutions: im2col / col2im on chunks of the batch around numpy's own BLAS ------------
+// The caller hands over the cblas_?gemm numpy calls (set_blas), so the products are numpy's. The
+// batch goes through in chunks whose columns fit in the cache (a 3x3 convolution's columns are 9x
+// its input), one GEMM per group and chunk.
+typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                          int64_t, float, float*, int64_t);
+typedef void (*dgemm64_t)(int, int, int, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                          const double*, int64_t, double, double*, int64_t);
+typedef void (*sgemm32_t)(int, int, int, int, int, int, float, const float*, int, const float*, int, float,
+                          float*, int);
+typedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double*, int, const double*, int, double,
+                          double*, int);
+
+struct Blas {
+    uintptr_t sgemm = 0, dgemm = 0;
+    bool ilp64 = true;
+};
+Blas g_blas;
+
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+
+// C (m x n, ldc) = alpha-free op(A) @ op(B) + beta * C, row-major.
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+          T beta, T* c, int64_t ldc) {
+    const int ta_flag = ta ? kTrans : kNoTrans, tb_flag = tb ? kTrans : kNoTrans;
+    if constexpr (sizeof(T) == 4) {
+        if (g_blas.ilp64) {
+            reinterpret_cast<sgemm64_t>(g_blas.sgemm)(kRowMajor, ta_flag, tb_flag, m, n, k, 1.0f, a, lda, b, ldb, beta,
+                                                      c, ldc);
+        } else {
+            reinterpret_cast<sgemm32_t>(g_blas.sgemm)(kRowMajor, ta_flag, tb_flag, int(m), int(n), int(k), 1.0f, a,
+                                                      int(lda), b, int(ldb), beta, c, int(ldc));
+        }
+    } else {
+        if (g_blas.ilp64) {
+            reinterpret_cast<dgemm64_t>(g_blas.dgemm)(kRowMajor, ta_flag, tb_flag, m, n, k, 1.0, a, lda, b, ldb, beta,
+                                                      c, ldc);
+        } else {
+            reinterpret_cast<dgemm32_t>(g_blas.dgemm)(kRowMajor, ta_flag, tb_flag, int(m), int(n), int(k), 1.0, a,
+                                                      int(lda), b, int(ldb), beta, c, int(ldc));
+        }
+    }
+}
+
+// Samples per chunk: the chunk's columns stay within about 1 MiB (the L2 of current x86 cores).
+template <typename T>
+int64_t chunk_samples(const Geometry& g) {
+    const int64_t per_sample = g.c * g.kh * g.kw * g.out_plane() * int64_t(sizeof(T));
+    return std::max<int64_t>(1, std::min<int64_t>(g.n, (int64_t(1) << 20) / std::max<int64_t>(per_sample, 1)));
+}
+
+// An uninitialised work buffer (every element is written before it is read).
+template <typename T>
+struct Scratch {
+    explicit Scratch(int64_t size) : buffer(new T[static_cast<size_t>(std::max<int64_t>(size, 1))]) {}
+    T* data() { return buffer.get(); }
+    std::unique_ptr<T[]> buffer;
+};
+
+Geometry chunk_of(const Geometry& g, int64_t samples) {
+    Geometry part = g;
+    part.n = samples;
+    return part;
+}
+
+// (b, O, P) samples of an NCHW output (gradient) <-> the channel-major (O, b*P) block the GEMMs use.
+template <typename T>
+void to_channel_major(const T* src, T* dst, int64_t b, int64_t o, int64_t p) {
+    for (int64_t s = 0; s < b; ++s) {
+        for (int64_t ch = 0; ch < o; ++ch) std::copy(src + (s * o + ch) * p, src + (s * o + ch + 1) * p, dst + ch * b * p + s * p);
+    }
+}
+
+template <typename T>
+void from_channel_major(const T* src, T* dst, int64_t b, int64_t o, int64_t p) {
+    for (int64_t s = 0; s < b; ++s) {
+        for (int64_t ch = 0; ch < o; ++ch) std::copy(src + ch * b * p + s * p, src + ch * b * p + (s + 1) * p, dst + (s * o + ch) * p);
+    }
+}
+
+// out (N, O, OH, OW) = conv(x, w); w is (O, C/groups, kh, kw).
+template <typename T>
+void conv_forward(const T* x, const T* w, T* out, const Geometry& g, int64_t o, int64_t groups) {
+    const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
+    const int64_t rows_g = rows / groups, o_g = o / groups;
+    Scratch<T> cols(rows * step * p), block(o * step * p);
+    for (int64_t n0 = 0; n0 < g.n; n0 += step) {
+        const int64_t b = std::min(step, g.n - n0), width = b * p;
+        im2col(x + n0 * g.c * g.in_plane(), cols.data(), chunk_of(g, b));
+        for (int64_t k = 0; k < groups; ++k) {
+            gemm<T>(false, false, o_g, width, rows_g, w + k * o_g * rows_g, rows_g, cols.data() + k * rows_g * width,
+                    width, T(0), block.data() + k * o_g * width, width);
+        }
+        from_channel_major(block.data(), out + n0 * o * p, b, o, p);
+    }
+}
+
+// dw (O, C/groups, kh, kw) = sum over the batch of the output gradient g (N, O, OH, OW) x columns of x.
+template <typename T>
+void conv_backward_filter(const T* x, const T* grad, T* dw, const Geometry& g, int64_t o, int64_t groups) {
+    const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
+    const int64_t rows_g = rows / groups, o_g = o / groups;
+    Scratch<T> cols(rows * step * p), block(o * step * p);
+    for (int64_t n0 = 0; n0 < g.n; n0 += step) {
+        const int64_t b = std::min(step, g.n - n0), width = b * p;
+        im2col(x + n0 * g.c * g.in_plane(), cols.data(), chunk_of(g, b));
+        to_channel_major(grad + n0 * o * p, block.data(), b, o, p);
+        for (int64_t k = 0; k < groups; ++k) {
+            gemm<T>(false, true, o_g, rows_g, width, block.data() + k * o_g * width, width,
+                    cols.data() + k * rows_g * width, width, n0 == 0 ? T(0) : T(1), dw + k * o_g * rows_g, rows_g);
+        }
+    }
+}
+
+// dx (N, C, H, W) = the adjoint of conv in its input, applied to the output gradient g.
+template <typename T>
+void conv_backward_input(const T* grad, const T* w, T* dx, const Geometry& g, int64_t o, int64_t groups) {
+    const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
+    const int64_t rows_g = rows / groups, o_g = o / groups;
+    Scratch<T> cols(rows * step * p), block(o * step * p);
+    for (int64_t n0 = 0; n0 < g.n; n0 += step) {
+        const int64_t b = std::min(step, g.n - n0), width = b * p;
+        to_channel_major(grad + n0 * o * p, block.data(), b, o, p);
+        for (int64_t k = 0; k < groups; ++k) {
+            gemm<T>(true, false, rows_g, width, o_g, w + k * o_g * rows_g, rows_g, block.data() + k * o_g * width,
+                    width, T(0), cols.data() + k * rows_g * width, width);
+        }
+        col2im(cols.data(), dx + n0 * g.c * g.in_plane(), chunk_of(g, b));
+    }
+}
+
 // -- Python entry points: `out` arrays are allocated (and sized) by the caller ---------------------
 void require_size(const py::array& a, int64_t size, const char* name) {
     if (a.size() != size) {
@@ -389,6 +522,49 @@ void avg_pool2d_backward(py::array grad, py::array dx, const std::vector<int64_t
          [&](auto a, auto b) { avg_pool_backward(a, b, g, count_include_pad); });
 }
 
+void set_blas(uintptr_t sgemm, uintptr_t dgemm, bool ilp64) {
+    g_blas.sgemm = sgemm;
+    g_blas.dgemm = dgemm;
+    g_blas.ilp64 = ilp64;
+}
+
+// The three convolution passes: `a` and `b` are the two operands in the order of the name, `out`
+// the result; `out_channels` and `groups` complete the geometry (of the convolution's input x).
+template <typename Kernel>
+void run_conv(py::array a, py::array b, py::array out, const std::vector<int64_t>& geometry, int64_t out_channels,
+              int64_t groups, int64_t a_size, int64_t b_size, int64_t out_size, Kernel&& kernel) {
+    if (!g_blas.sgemm || !g_blas.dgemm) throw std::runtime_error("set_blas was not called");
+    if (groups < 1 || out_channels % groups) throw std::invalid_argument("out_channels must split into groups");
+    run3(a, b, out, a_size, b_size, out_size, kernel);
+}
+
+void conv2d_forward(py::array x, py::array w, py::array out, const std::vector<int64_t>& geometry,
+                    int64_t out_channels, int64_t groups) {
+    const Geometry g(geometry);
+    if (g.c % groups) throw std::invalid_argument("channels must split into groups");
+    const int64_t w_size = out_channels * g.c / groups * g.kh * g.kw, out_size = g.n * out_channels * g.out_plane();
+    run_conv(x, w, out, geometry, out_channels, groups, input_size(g), w_size, out_size,
+             [&](auto a, auto b, auto o) { conv_forward(a, b, o, g, out_channels, groups); });
+}
+
+void conv2d_backward_filter(py::array x, py::array grad, py::array dw, const std::vector<int64_t>& geometry,
+                            int64_t out_channels, int64_t groups) {
+    const Geometry g(geometry);
+    if (g.c % groups) throw std::invalid_argument("channels must split into groups");
+    const int64_t w_size = out_channels * g.c / groups * g.kh * g.kw, grad_size = g.n * out_channels * g.out_plane();
+    run_conv(x, grad, dw, geometry, out_channels, groups, input_size(g), grad_size, w_size,
+             [&](auto a, auto b, auto o) { conv_backward_filter(a, b, o, g, out_channels, groups); });
+}
+
+void conv2d_backward_input(py::array grad, py::array w, py::array dx, const std::vector<int64_t>& geometry,
+                           int64_t out_channels, int64_t groups) {
+    const Geometry g(geometry);
+    if (g.c % groups) throw std::invalid_argument("channels must split into groups");
+    const int64_t w_size = out_channels * g.c / groups * g.kh * g.kw, grad_size = g.n * out_channels * g.out_plane();
+    run_conv(grad, w, dx, geometry, out_channels, groups, grad_size, w_size, input_size(g),
+             [&](auto a, auto b, auto o) { conv_backward_input(a, b, o, g, out_channels, groups); });
+}
+
 }  // namespace
 }  // namespace mstrain
 
@@ -405,6 +581,14 @@ PYBIND11_MODULE(_conv, m) {
           py::arg("count_include_pad"));
     m.def("avg_pool2d_backward", &mstrain::avg_pool2d_backward, py::arg("grad"), py::arg("dx"), py::arg("geometry"),
           py::arg("count_include_pad"));
-    m.attr("KERNELS") = py::make_tuple("conv_im2col", "conv_col2im", "max_pool2d_forward", "max_pool2d_backward",
+    m.def("conv_set_blas", &mstrain::set_blas, py::arg("sgemm"), py::arg("dgemm"), py::arg("ilp64"));
+    m.def("conv2d_forward", &mstrain::conv2d_forward, py::arg("x"), py::arg("w"), py::arg("out"), py::arg("geometry"),
+          py::arg("out_channels"), py::arg("groups"));
+    m.def("conv2d_backward_filter", &mstrain::conv2d_backward_filter, py::arg("x"), py::arg("grad"), py::arg("dw"),
+          py::arg("geometry"), py::arg("out_channels"), py::arg("groups"));
+    m.def("conv2d_backward_input", &mstrain::conv2d_backward_input, py::arg("grad"), py::arg("w"), py::arg("dx"),
+          py::arg("geometry"), py::arg("out_channels"), py::arg("groups"));
+    m.attr("KERNELS") = py::make_tuple("conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input",
+                                       "conv_set_blas", "conv_im2col", "conv_col2im", "max_pool2d_forward", "max_pool2d_backward",
                                        "max_pool2d_select", "avg_pool2d_forward", "avg_pool2d_backward");
 }

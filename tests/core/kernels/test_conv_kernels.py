@@ -126,3 +126,67 @@ def test_bad_shapes_name_the_operand():
         K.max_pool2d_backward(x, np.zeros((1, 2, 3, 3), np.float32), (2, 2), (2, 2), (0, 0, 0, 0))
     with pytest.raises(ShapeError, match="columns have shape"):
         K.col2im(np.zeros((3, 4), np.float32), (1, 2, 4, 4), (2, 2), (1, 1), (0, 0, 0, 0), (1, 1))
+
+
+CONV_NAMES = ["conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input"]
+# (x shape, weight shape, stride, padding, dilation, groups); the last has columns of about 660 KB a
+# sample, so the C++ passes go through the batch in several chunks
+CONVS = [
+    ((2, 3, 7, 6), (4, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ((3, 4, 9, 8), (6, 2, 3, 2), (2, 3), (1, 2, 0, 1), (1, 2), 2),
+    ((2, 4, 6, 6), (4, 1, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 4),
+    ((3, 8, 48, 48), (5, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CONVS)
+def test_native_conv_passes_match_numpy(monkeypatch, case, dtype):
+    _native_only(monkeypatch)
+    x_shape, w_shape, stride, padding, dilation, groups = case
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
+    for name in CONV_NAMES:  # prove the C++ path runs
+        monkeypatch.setattr(K, f"reference_{name}", _must_not_run)
+    out = K.conv2d_forward(x, w, stride, padding, dilation, groups)
+    monkeypatch.undo()
+    _native_only(monkeypatch)
+    _close(out, K.reference_conv2d_forward(x, w, stride, padding, dilation, groups))
+    g = rng.standard_normal(out.shape).astype(dtype)
+    _close(K.conv2d_backward_filter(x, g, w_shape, stride, padding, dilation, groups),
+           K.reference_conv2d_backward_filter(x, g, w_shape, stride, padding, dilation, groups))
+    _close(K.conv2d_backward_input(g, w, x_shape, stride, padding, dilation, groups),
+           K.reference_conv2d_backward_input(g, w, x_shape, stride, padding, dilation, groups))
+
+
+def _close(actual, expected):
+    """Equal up to the rounding of sums over thousands of terms in another order (chunked GEMMs)."""
+    eps = np.finfo(expected.dtype).eps
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=100 * eps * np.abs(expected).max())
+
+
+def _must_not_run(*args, **kwargs):
+    raise AssertionError("numpy reference used although the C++ kernel is available")
+
+
+def test_reference_conv_passes_are_adjoint():
+    x_shape, w_shape, stride, padding, dilation, groups = CONVS[1]
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    out = K.reference_conv2d_forward(x, w, stride, padding, dilation, groups)
+    g = rng.standard_normal(out.shape)
+    # <conv(x, w), g> = <x, dconv/dx^T g> = <w, dconv/dw^T g>
+    np.testing.assert_allclose(np.vdot(out, g), np.vdot(
+        x, K.reference_conv2d_backward_input(g, w, x_shape, stride, padding, dilation, groups)), rtol=1e-10)
+    np.testing.assert_allclose(np.vdot(out, g), np.vdot(
+        w, K.reference_conv2d_backward_filter(x, g, w_shape, stride, padding, dilation, groups)), rtol=1e-10)
+
+
+def test_transposed_convolution_covers_fewer_windows(monkeypatch):
+    """An input gradient whose grad covers fewer windows than fit (conv_transpose2d's output_padding)."""
+    rng = np.random.default_rng(7)
+    g, w = rng.standard_normal((1, 3, 4, 5)).astype(np.float32), rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    expected = K.reference_conv2d_backward_input(g, w, (1, 2, 10, 12), (2, 2), (0, 1, 0, 1), (1, 1), 1)
+    _native_only(monkeypatch)
+    np.testing.assert_allclose(K.conv2d_backward_input(g, w, (1, 2, 10, 12), (2, 2), (0, 1, 0, 1), (1, 1), 1),
+                               expected, rtol=1e-5, atol=1e-5)
