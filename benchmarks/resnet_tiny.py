@@ -9,6 +9,7 @@ first 8000 images train, last 2000 test, standardised pixels.
     python benchmarks/resnet_tiny.py [--epochs 2] [--modes eager,loop_sink] [--peer]
 """
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -80,8 +81,14 @@ def main():
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--modes", default="eager,loop_sink", help="comma-separated: eager, loop_sink")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="BLAS / OpenMP threads of both sides (default: the machine's cores, peer 2); 1 gives "
+                             "steadier ratios on a shared machine")
     parser.add_argument("--peer", action="store_true", help="also run the PyTorch eager peer")
     args = parser.parse_args()
+    if args.threads:  # before numpy loads its BLAS
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[name] = str(args.threads)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
@@ -90,13 +97,15 @@ def main():
     for mode in modes:
         speed, accuracy = train(args.epochs, args.batch, MODES[mode], args.seed)
         line = _common.record("resnet", "resnet-tiny", mode, "train_images_per_s", speed,
-                              f"test_acc_after_{args.epochs}_epochs", accuracy, batch=args.batch)
+                              f"test_acc_after_{args.epochs}_epochs", accuracy, batch=args.batch,
+                              blas_threads=args.threads or "default")
         _common.emit(line)
         lines.append(line)
     if args.peer:
         peer = _common.run_peer(str(_common.REPO / "benchmarks" / "peers" / "resnet_tiny_torch.py"),
                                 ["--data", str(DATA), "--epochs", str(args.epochs), "--batch", str(args.batch),
-                                 "--seed", str(args.seed)])[0]
+                                 "--seed", str(args.seed)]
+                                + (["--threads", str(args.threads)] if args.threads else []))[0]
         for line in lines:
             _common.emit(_common.ratio(line, peer, accuracy_diff_vs_peer=round(line["quality"] - peer["quality"], 4)))
 
