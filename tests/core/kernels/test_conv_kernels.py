@@ -190,3 +190,26 @@ def test_transposed_convolution_covers_fewer_windows(monkeypatch):
     _native_only(monkeypatch)
     np.testing.assert_allclose(K.conv2d_backward_input(g, w, (1, 2, 10, 12), (2, 2), (0, 1, 0, 1), (1, 1), 1),
                                expected, rtol=1e-5, atol=1e-5)
+
+
+def test_float16_convolution_and_pooling_compute_in_float32():
+    """float16 storage, float32 arithmetic (BLAS has no float16): the result is the float32 result rounded."""
+    from mstrain.ops import conv as C
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((2, 3, 8, 8)).astype(np.float16), rng.standard_normal((4, 3, 3, 3)).astype(np.float16)
+    geometry = ((1, 1), (1, 1, 1, 1), (1, 1), 1)
+    out = C.conv2d.impl(x, w, *geometry)
+    assert out.dtype == np.float16
+    expected = C.conv2d.impl(x.astype(np.float32), w.astype(np.float32), *geometry).astype(np.float16)
+    np.testing.assert_array_equal(out, expected)
+    g = rng.standard_normal(out.shape).astype(np.float16)
+    gw = C.conv2d_backprop_filter.impl(x, g, w.shape, *geometry)
+    gx = C.conv2d_backprop_input.impl(g, w, x.shape, *geometry)
+    assert gw.dtype == gx.dtype == np.float16
+    np.testing.assert_array_equal(gw, C.conv2d_backprop_filter.impl(
+        x.astype(np.float32), g.astype(np.float32), w.shape, *geometry).astype(np.float16))
+    np.testing.assert_array_equal(gx, C.conv2d_backprop_input.impl(
+        g.astype(np.float32), w.astype(np.float32), x.shape, *geometry).astype(np.float16))
+    pooled = C.max_pool2d.impl(x, (2, 2), (2, 2))
+    assert pooled.dtype == np.float16
+    np.testing.assert_array_equal(pooled, x.reshape(2, 3, 4, 2, 4, 2).max(axis=(3, 5)))
