@@ -189,3 +189,72 @@ def update_moving_average(state, value, momentum):
     state *= momentum
     state += (1.0 - momentum) * np.asarray(value, dtype=state.dtype)
     return state
+
+
+# ---- sharding rules (the parallel planner's loop nests) --------------------------------------------
+# Iteration dimensions of the convolutions: batch, output channels, input channels, input rows and
+# columns, output rows and columns, kernel rows and columns, and (groups > 1) input channels per
+# group. The batch splits freely, output channels split the weight (model parallel), input channels
+# are summed (a split gives partial sums); windows never split (no halo exchange), and with groups the
+# channels stay whole.
+_N, _O, _C, _H, _W, _OH, _OW, _KH, _KW, _CG = range(10)
+
+
+def _conv_spec(x_shape, w_shape, out_hw, groups, inputs, out, reduced, shape_attr=None):
+    from ..parallel.spmd.rules import OpSpec
+    n, c, h, w = x_shape
+    sizes = (n, w_shape[0], c, h, w, out_hw[0], out_hw[1], w_shape[2], w_shape[3], w_shape[1])
+    fixed = {_H, _W, _OH, _OW, _KH, _KW, _CG}
+    if groups > 1:
+        fixed |= {_O, _C}
+    spec = OpSpec(sizes, inputs, (out,), reduced=frozenset(set(reduced) - fixed), fixed=frozenset(fixed))
+    if shape_attr is not None:  # the output shape attribute is the local block's
+        spec.local_attrs = lambda attrs, out_shapes: {**attrs, shape_attr: tuple(out_shapes[0])}
+    return spec
+
+
+def _weight_dims(groups):
+    return (_O, _C if groups == 1 else _CG, _KH, _KW)
+
+
+@conv2d.defshard
+def _(shapes, attrs):
+    x, w = shapes
+    out_hw = _k.output_hw(x[2:], w[2:], attrs["stride"], attrs["padding"], attrs["dilation"])
+    g = attrs["groups"]
+    return _conv_spec(x, w, out_hw, g, ((_N, _C, _H, _W), _weight_dims(g)), (_N, _O, _OH, _OW), {_C})
+
+
+@conv2d_backprop_input.defshard
+def _(shapes, attrs):
+    grad, w = shapes
+    g = attrs["groups"]
+    return _conv_spec(tuple(attrs["input_shape"]), w, grad[2:], g, ((_N, _O, _OH, _OW), _weight_dims(g)),
+                      (_N, _C, _H, _W), {_O}, "input_shape")
+
+
+@conv2d_backprop_filter.defshard
+def _(shapes, attrs):
+    x, grad = shapes
+    g = attrs["groups"]
+    return _conv_spec(x, tuple(attrs["filter_shape"]), grad[2:], g, ((_N, _C, _H, _W), (_N, _O, _OH, _OW)),
+                      _weight_dims(g), {_N}, "filter_shape")
+
+
+def _pool_spec(x_shape, attrs, inputs, out, shape_attr=None):
+    """Pooling: batch and channels split freely, windows stay whole."""
+    from ..parallel.spmd.rules import OpSpec
+    out_hw = _k.output_hw(x_shape[2:], attrs["kernel"], attrs["stride"], attrs["padding"])
+    spec = OpSpec(tuple(x_shape) + out_hw, inputs, (out,), fixed=frozenset({2, 3, 4, 5}))
+    if shape_attr is not None:
+        spec.local_attrs = lambda attrs, out_shapes: {**attrs, shape_attr: tuple(out_shapes[0])}
+    return spec
+
+
+_POOL_IN, _POOL_OUT = (0, 1, 2, 3), (0, 1, 4, 5)
+max_pool2d.defshard(lambda shapes, attrs: _pool_spec(shapes[0], attrs, (_POOL_IN,), _POOL_OUT))
+avg_pool2d.defshard(lambda shapes, attrs: _pool_spec(shapes[0], attrs, (_POOL_IN,), _POOL_OUT))
+max_pool2d_grad.defshard(lambda shapes, attrs: _pool_spec(shapes[0], attrs, (_POOL_IN, _POOL_OUT), _POOL_IN))
+max_pool2d_select.defshard(lambda shapes, attrs: _pool_spec(shapes[0], attrs, (_POOL_IN, _POOL_IN), _POOL_OUT))
+avg_pool2d_grad.defshard(lambda shapes, attrs: _pool_spec(tuple(attrs["input_shape"]), attrs, (_POOL_OUT,), _POOL_IN,
+                                                          "input_shape"))
