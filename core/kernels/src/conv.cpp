@@ -351,11 +351,15 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
     }
 }
 
-// Samples per chunk: the chunk's columns stay within about 1 MiB (the L2 of current x86 cores).
+// Samples per chunk: the chunk's columns stay within about 256 KiB (they are written, then read by
+// the GEMM, from the L2), unless that leaves the GEMM fewer than 512 columns (small images), where a
+// wider product pays more than the cache. Measured on LeNet and ResNet-8 layers, one thread.
 template <typename T>
 int64_t chunk_samples(const Geometry& g) {
-    const int64_t per_sample = g.c * g.kh * g.kw * g.out_plane() * int64_t(sizeof(T));
-    return std::max<int64_t>(1, std::min<int64_t>(g.n, (int64_t(1) << 20) / std::max<int64_t>(per_sample, 1)));
+    const int64_t per_sample = std::max<int64_t>(1, g.c * g.kh * g.kw * g.out_plane() * int64_t(sizeof(T)));
+    const int64_t by_cache = (int64_t(1) << 18) / per_sample;
+    const int64_t by_width = (512 + g.out_plane() - 1) / std::max<int64_t>(1, g.out_plane());
+    return std::max<int64_t>(1, std::min<int64_t>(g.n, std::max(by_cache, by_width)));
 }
 
 // An uninitialised work buffer (every element is written before it is read).
