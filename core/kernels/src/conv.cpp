@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <type_traits>
@@ -71,7 +72,7 @@ void im2col(const T* x, T* cols, const Geometry& g) {
                     const T* in = src + ih * g.w - g.pl + col_offset;
                     std::fill(row, row + lo, T(0));
                     if (g.sw == 1) {
-                        for (int64_t q = lo; q < hi; ++q) row[q] = in[q];
+                        std::memcpy(row + lo, in + lo, sizeof(T) * (hi - lo));
                     } else {
                         for (int64_t q = lo; q < hi; ++q) row[q] = in[q * g.sw];
                     }
