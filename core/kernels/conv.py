@@ -79,6 +79,21 @@ def _check_nchw(x, name):
 _blas_state = {}  # "ready": numpy's cblas_?gemm handed to the extension, or False when not found
 
 
+def _numpy_blas_threads():
+    """Addresses of (set_num_threads, get_num_threads) of numpy's OpenBLAS, or (0, 0): with them the
+    C++ passes give each thread its own chunks and one BLAS thread."""
+    import ctypes
+    import glob
+    import os
+    for path in glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*")):
+        library = ctypes.CDLL(path)
+        for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", "64_"), ("openblas", "")):
+            setter, getter = f"{prefix}_set_num_threads{suffix}", f"{prefix}_get_num_threads{suffix}"
+            if hasattr(library, setter) and hasattr(library, getter):
+                return tuple(ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in (setter, getter))
+    return 0, 0
+
+
 def _conv_kernel(name, *arrays):
     """The C++ convolution pass `name` once numpy's BLAS is handed over, or None."""
     native = _kernel_for(name, *arrays)
@@ -88,7 +103,7 @@ def _conv_kernel(name, *arrays):
         from ..graph.native import _numpy_blas  # the cblas_?gemm numpy's matmul calls
         blas = _numpy_blas()
         if blas is not None:
-            _native("conv_set_blas")(blas[0], blas[1], bool(blas[2]))
+            _native("conv_set_blas")(blas[0], blas[1], bool(blas[2]), *_numpy_blas_threads())
         _blas_state["ready"] = blas is not None
     return native if _blas_state["ready"] else None
 

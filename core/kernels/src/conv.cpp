@@ -20,6 +20,15 @@
 namespace mstrain {
 namespace {
 
+// False inside a parallel region (a chunk of a convolution pass already runs on its own thread).
+inline bool may_fork() {
+#ifdef _OPENMP
+    return !omp_in_parallel();
+#else
+    return true;
+#endif
+}
+
 struct Geometry {
     int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw;
 
@@ -51,7 +60,7 @@ inline void valid_columns(const Geometry& g, int64_t offset, int64_t& lo, int64_
 template <typename T>
 void im2col(const T* x, T* cols, const Geometry& g) {
     const int64_t np = g.n * g.out_plane();
-    const bool parallel = g.planes() * g.kh * g.kw * g.out_plane() >= kParallelGrain;
+    const bool parallel = g.planes() * g.kh * g.kw * g.out_plane() >= kParallelGrain && may_fork();
 #pragma omp parallel for if (parallel) schedule(static)
     for (int64_t plane = 0; plane < g.planes(); ++plane) {
         const int64_t c = plane / g.n, n = plane % g.n;
@@ -87,7 +96,7 @@ void im2col(const T* x, T* cols, const Geometry& g) {
 template <typename T>
 void col2im(const T* cols, T* x, const Geometry& g) {
     const int64_t np = g.n * g.out_plane();
-    const bool parallel = g.planes() * g.kh * g.kw * g.out_plane() >= kParallelGrain;
+    const bool parallel = g.planes() * g.kh * g.kw * g.out_plane() >= kParallelGrain && may_fork();
 #pragma omp parallel for if (parallel) schedule(static)
     for (int64_t plane = 0; plane < g.planes(); ++plane) {
         const int64_t c = plane / g.n, n = plane % g.n;
@@ -320,8 +329,11 @@ typedef void (*sgemm32_t)(int, int, int, int, int, int, float, const float*, int
 typedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double*, int, const double*, int, double,
                           double*, int);
 
+typedef void (*set_threads_t)(int);
+typedef int (*get_threads_t)();
+
 struct Blas {
-    uintptr_t sgemm = 0, dgemm = 0;
+    uintptr_t sgemm = 0, dgemm = 0, set_threads = 0, get_threads = 0;  // thread control: 0 when not found
     bool ilp64 = true;
 };
 Blas g_blas;
@@ -392,42 +404,91 @@ void from_channel_major(const T* src, T* dst, int64_t b, int64_t o, int64_t p) {
     }
 }
 
+// Runs body(first sample, samples, thread slot) over the chunks of the batch. With OpenMP threads and
+// numpy's BLAS thread count in reach, the chunks go to the threads and each BLAS call runs on one
+// thread: one fork per pass instead of a BLAS fork per chunk (small GEMMs fork badly, and on a busy
+// machine every fork waits for a descheduled thread).
+template <typename Body>
+void for_each_chunk(int64_t n, int64_t step, Body&& body) {
+    const int64_t chunks = (n + step - 1) / step;
+    int threads = 1;
+#ifdef _OPENMP
+    threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), chunks));
+#endif
+    if (threads < 2 || !g_blas.set_threads || !g_blas.get_threads) {
+        for (int64_t c = 0; c < chunks; ++c) body(c * step, std::min(step, n - c * step), 0);
+        return;
+    }
+    const int saved = reinterpret_cast<get_threads_t>(g_blas.get_threads)();
+    reinterpret_cast<set_threads_t>(g_blas.set_threads)(1);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+        int slot = 0;
+#ifdef _OPENMP
+        slot = omp_get_thread_num();
+#endif
+        body(c * step, std::min(step, n - c * step), slot);
+    }
+    reinterpret_cast<set_threads_t>(g_blas.set_threads)(saved);
+}
+
+int max_slots() {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 // out (N, O, OH, OW) = conv(x, w); w is (O, C/groups, kh, kw).
 template <typename T>
 void conv_forward(const T* x, const T* w, T* out, const Geometry& g, int64_t o, int64_t groups) {
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
-    const int64_t rows_g = rows / groups, o_g = o / groups;
-    Scratch<T> cols(rows * step * p), block(o * step * p);
-    for (int64_t n0 = 0; n0 < g.n; n0 += step) {
-        const int64_t b = std::min(step, g.n - n0), width = b * p;
-        im2col(x + n0 * g.c * g.in_plane(), cols.data(), chunk_of(g, b));
+    const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_slots();
+    Scratch<T> cols(slots * rows * step * p), block(slots * o * step * p);
+    for_each_chunk(g.n, step, [&](int64_t n0, int64_t b, int slot) {
+        const int64_t width = b * p;
+        T* c = cols.data() + slot * rows * step * p;
+        T* blk = block.data() + slot * o * step * p;
+        im2col(x + n0 * g.c * g.in_plane(), c, chunk_of(g, b));
         for (int64_t k = 0; k < groups; ++k) {
-            gemm<T>(false, false, o_g, width, rows_g, w + k * o_g * rows_g, rows_g, cols.data() + k * rows_g * width,
-                    width, T(0), block.data() + k * o_g * width, width);
+            gemm<T>(false, false, o_g, width, rows_g, w + k * o_g * rows_g, rows_g, c + k * rows_g * width, width, T(0),
+                    blk + k * o_g * width, width);
         }
-        from_channel_major(block.data(), out + n0 * o * p, b, o, p);
-    }
+        from_channel_major(blk, out + n0 * o * p, b, o, p);
+    });
 }
 
 // dw (O, C/groups, kh, kw) = sum over the batch of the output gradient g (N, O, OH, OW) x columns of x.
+// Each chunk's product lands in its own slice, summed in chunk order: the result does not depend on
+// the thread count.
 template <typename T>
 void conv_backward_filter(const T* x, const T* grad, T* dw, const Geometry& g, int64_t o, int64_t groups) {
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
-    const int64_t rows_g = rows / groups, o_g = o / groups;
+    const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_slots();
+    const int64_t chunks = (g.n + step - 1) / step, part = rows_g * o;
     // dw transposed, (rows/groups, O/groups) per group: the GEMM with the long sum over the batch runs
     // about 1.6x faster this way round when O is small (measured with OpenBLAS)
-    Scratch<T> cols(rows * step * p), block(o * step * p), dw_t(rows_g * o);
-    for (int64_t n0 = 0; n0 < g.n; n0 += step) {
-        const int64_t b = std::min(step, g.n - n0), width = b * p;
-        im2col(x + n0 * g.c * g.in_plane(), cols.data(), chunk_of(g, b));
-        to_channel_major(grad + n0 * o * p, block.data(), b, o, p);
+    Scratch<T> cols(slots * rows * step * p), block(slots * o * step * p), parts(chunks * part);
+    for_each_chunk(g.n, step, [&](int64_t n0, int64_t b, int slot) {
+        const int64_t width = b * p;
+        T* c = cols.data() + slot * rows * step * p;
+        T* blk = block.data() + slot * o * step * p;
+        T* dw_t = parts.data() + (n0 / step) * part;
+        im2col(x + n0 * g.c * g.in_plane(), c, chunk_of(g, b));
+        to_channel_major(grad + n0 * o * p, blk, b, o, p);
         for (int64_t k = 0; k < groups; ++k) {
-            gemm<T>(false, true, rows_g, o_g, width, cols.data() + k * rows_g * width, width,
-                    block.data() + k * o_g * width, width, n0 == 0 ? T(0) : T(1), dw_t.data() + k * rows_g * o_g, o_g);
+            gemm<T>(false, true, rows_g, o_g, width, c + k * rows_g * width, width, blk + k * o_g * width, width, T(0),
+                    dw_t + k * rows_g * o_g, o_g);
         }
+    });
+    T* total = parts.data();
+    for (int64_t chunk = 1; chunk < chunks; ++chunk) {
+        const T* add = parts.data() + chunk * part;
+        for (int64_t i = 0; i < part; ++i) total[i] += add[i];
     }
     for (int64_t k = 0; k < groups; ++k) {
-        const T* src = dw_t.data() + k * rows_g * o_g;
+        const T* src = total + k * rows_g * o_g;
         for (int64_t oc = 0; oc < o_g; ++oc) {
             for (int64_t r = 0; r < rows_g; ++r) dw[(k * o_g + oc) * rows_g + r] = src[r * o_g + oc];
         }
@@ -438,17 +499,19 @@ void conv_backward_filter(const T* x, const T* grad, T* dw, const Geometry& g, i
 template <typename T>
 void conv_backward_input(const T* grad, const T* w, T* dx, const Geometry& g, int64_t o, int64_t groups) {
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
-    const int64_t rows_g = rows / groups, o_g = o / groups;
-    Scratch<T> cols(rows * step * p), block(o * step * p);
-    for (int64_t n0 = 0; n0 < g.n; n0 += step) {
-        const int64_t b = std::min(step, g.n - n0), width = b * p;
-        to_channel_major(grad + n0 * o * p, block.data(), b, o, p);
+    const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_slots();
+    Scratch<T> cols(slots * rows * step * p), block(slots * o * step * p);
+    for_each_chunk(g.n, step, [&](int64_t n0, int64_t b, int slot) {
+        const int64_t width = b * p;
+        T* c = cols.data() + slot * rows * step * p;
+        T* blk = block.data() + slot * o * step * p;
+        to_channel_major(grad + n0 * o * p, blk, b, o, p);
         for (int64_t k = 0; k < groups; ++k) {
-            gemm<T>(true, false, rows_g, width, o_g, w + k * o_g * rows_g, rows_g, block.data() + k * o_g * width,
-                    width, T(0), cols.data() + k * rows_g * width, width);
+            gemm<T>(true, false, rows_g, width, o_g, w + k * o_g * rows_g, rows_g, blk + k * o_g * width, width, T(0),
+                    c + k * rows_g * width, width);
         }
-        col2im(cols.data(), dx + n0 * g.c * g.in_plane(), chunk_of(g, b));
-    }
+        col2im(c, dx + n0 * g.c * g.in_plane(), chunk_of(g, b));
+    });
 }
 
 // -- Python entry points: `out` arrays are allocated (and sized) by the caller ---------------------
@@ -535,10 +598,12 @@ void avg_pool2d_backward(py::array grad, py::array dx, const std::vector<int64_t
          [&](auto a, auto b) { avg_pool_backward(a, b, g, count_include_pad); });
 }
 
-void set_blas(uintptr_t sgemm, uintptr_t dgemm, bool ilp64) {
+void set_blas(uintptr_t sgemm, uintptr_t dgemm, bool ilp64, uintptr_t set_threads, uintptr_t get_threads) {
     g_blas.sgemm = sgemm;
     g_blas.dgemm = dgemm;
     g_blas.ilp64 = ilp64;
+    g_blas.set_threads = set_threads;
+    g_blas.get_threads = get_threads;
 }
 
 // The three convolution passes: `a` and `b` are the two operands in the order of the name, `out`
@@ -594,7 +659,8 @@ PYBIND11_MODULE(_conv, m) {
           py::arg("count_include_pad"));
     m.def("avg_pool2d_backward", &mstrain::avg_pool2d_backward, py::arg("grad"), py::arg("dx"), py::arg("geometry"),
           py::arg("count_include_pad"));
-    m.def("conv_set_blas", &mstrain::set_blas, py::arg("sgemm"), py::arg("dgemm"), py::arg("ilp64"));
+    m.def("conv_set_blas", &mstrain::set_blas, py::arg("sgemm"), py::arg("dgemm"), py::arg("ilp64"),
+          py::arg("set_threads"), py::arg("get_threads"));
     m.def("conv2d_forward", &mstrain::conv2d_forward, py::arg("x"), py::arg("w"), py::arg("out"), py::arg("geometry"),
           py::arg("out_channels"), py::arg("groups"));
     m.def("conv2d_backward_filter", &mstrain::conv2d_backward_filter, py::arg("x"), py::arg("grad"), py::arg("dw"),
