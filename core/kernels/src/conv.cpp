@@ -1,10 +1,12 @@
-// Convolution and pooling loops on NCHW planes: im2col / col2im (the gathers around the GEMMs of
-// conv2d and its two backward passes) and max / average pooling with their backward passes.
+// Convolution and pooling on NCHW planes: the three convolution passes (GEMMs of numpy's BLAS around
+// im2col / col2im, on cache-sized chunks of the batch), im2col / col2im themselves, and max / average
+// pooling with their backward passes.
 // The Python wrappers in core/kernels/conv.py check shapes, dtypes and layout, allocate the
 // outputs and pass the geometry
 //     g = (N, C, H, W, OH, OW, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w);
-// padding below / right is implied by OH and OW. Every kernel splits its work by (n, c) plane, so
-// threads never write the same element and the results do not depend on the thread count.
+// padding below / right is implied by OH and OW. Every kernel splits its work by (n, c) plane or by
+// chunk of samples, so threads never write the same element and the results do not depend on the
+// thread count.
 #include <pybind11/stl.h>
 
 #include <algorithm>
