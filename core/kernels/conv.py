@@ -21,7 +21,7 @@ references make the columns of the whole batch and call np.matmul.
 
 `kernel`, `stride`, `dilation` are (h, w) pairs, `padding` is (top, bottom, left, right). The argmax
 of a window is its first maximum in row-major order (a NaN wins), as numpy's argmax. Each function
-runs the C++ kernel of `core/kernels/src/conv.cpp` when it is built, not disabled by
+runs the C++ kernel of `core/kernels/src/conv.cpp` (convolution) or `pool.cpp` when it is built, not disabled by
 MSTRAIN_DISABLE_KERNELS and the dtype is float32 or float64, else the numpy reference
 `reference_<name>` below; the tests compare the two.
 """

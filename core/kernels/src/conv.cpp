@@ -1,52 +1,15 @@
-// Convolution and pooling on NCHW planes: the three convolution passes (GEMMs of numpy's BLAS around
-// im2col / col2im, on cache-sized chunks of the batch), im2col / col2im themselves, and max / average
-// pooling with their backward passes.
-// The Python wrappers in core/kernels/conv.py check shapes, dtypes and layout, allocate the
-// outputs and pass the geometry
-//     g = (N, C, H, W, OH, OW, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w);
-// padding below / right is implied by OH and OW. Every kernel splits its work by (n, c) plane or by
-// chunk of samples, so threads never write the same element and the results do not depend on the
-// thread count.
-#include <pybind11/stl.h>
-
+// The three passes of a 2-D convolution on NCHW arrays: GEMMs of numpy's own BLAS around im2col /
+// col2im, on cache-sized chunks of the batch (geometry: window_geometry.h), and im2col / col2im
+// themselves.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <memory>
-#include <type_traits>
 #include <vector>
 
-#include "dispatch.h"
+#include "window_geometry.h"
 
 namespace mstrain {
 namespace {
-
-// False inside a parallel region (a chunk of a convolution pass already runs on its own thread).
-inline bool may_fork() {
-#ifdef _OPENMP
-    return !omp_in_parallel();
-#else
-    return true;
-#endif
-}
-
-struct Geometry {
-    int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw;
-
-    explicit Geometry(const std::vector<int64_t>& g) {
-        if (g.size() != 14) throw std::invalid_argument("geometry must have 14 entries");
-        n = g[0]; c = g[1]; h = g[2]; w = g[3]; oh = g[4]; ow = g[5]; kh = g[6]; kw = g[7];
-        sh = g[8]; sw = g[9]; pt = g[10]; pl = g[11]; dh = g[12]; dw = g[13];
-        for (int64_t v : g) {
-            if (v < 0) throw std::invalid_argument("geometry entries must be >= 0");
-        }
-        if (sh < 1 || sw < 1 || dh < 1 || dw < 1) throw std::invalid_argument("stride and dilation must be >= 1");
-    }
-    int64_t planes() const { return n * c; }
-    int64_t in_plane() const { return h * w; }
-    int64_t out_plane() const { return oh * ow; }
-};
 
 // [lo, hi): the output columns whose input column ow * sw - pl + offset lies inside [0, w).
 inline void valid_columns(const Geometry& g, int64_t offset, int64_t& lo, int64_t& hi) {
@@ -126,197 +89,6 @@ void col2im(const T* cols, T* x, const Geometry& g) {
     }
 }
 
-// Flat index (into the unpadded plane) of the window's maximum, or -1 when it is a padded element.
-// Scans the window row by row with padding as -inf, keeping the first maximum; a NaN wins and stays
-// (numpy's argmax over the padded window).
-template <typename T>
-inline int64_t window_argmax(const T* plane, const Geometry& g, int64_t r, int64_t q) {
-    T best = T(0);
-    int64_t best_at = -2;  // -2: nothing seen yet
-    for (int64_t i = 0; i < g.kh; ++i) {
-        const int64_t ih = r * g.sh - g.pt + i;
-        for (int64_t j = 0; j < g.kw; ++j) {
-            const int64_t iw = q * g.sw - g.pl + j;
-            const bool inside = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w;
-            const T v = inside ? plane[ih * g.w + iw] : -std::numeric_limits<T>::infinity();
-            if (best_at == -2 || (!std::isnan(best) && (v > best || std::isnan(v)))) {
-                best = v;
-                best_at = inside ? ih * g.w + iw : -1;
-            }
-        }
-    }
-    return best_at;
-}
-
-// [first, last) output rows (or columns) whose windows lie inside an axis of `size` elements.
-inline void inner_range(int64_t out, int64_t stride, int64_t pad, int64_t kernel, int64_t size, int64_t& first,
-                        int64_t& last) {
-    first = std::min(out, (pad + stride - 1) / stride);
-    last = size + pad - kernel < 0 ? 0 : (size + pad - kernel) / stride + 1;
-    last = std::max(first, std::min(last, out));
-}
-
-// Maxima (best[q]) and their tap numbers i * kw + j (tap[q]) of the windows (r, q0..q1-1), which lie
-// inside the plane. Tap by tap over the row with branch-free selects: the compiler vectorises them,
-// and random data would mispredict a branch per element. First maximum wins; a NaN wins and stays.
-// Tap numbers as integers of T's width, so that the selects of best and tap vectorise together.
-template <typename T>
-using TapIndex = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
-
-template <typename T, bool kTrackTap>
-void inner_row_argmax(const T* plane, const Geometry& g, int64_t r, int64_t q0, int64_t q1, T* best,
-                      TapIndex<T>* tap) {
-    for (int64_t i = 0; i < g.kh; ++i) {
-        for (int64_t j = 0; j < g.kw; ++j) {
-            const T* src = plane + (r * g.sh - g.pt + i) * g.w - g.pl + j;
-            const TapIndex<T> t = static_cast<TapIndex<T>>(i * g.kw + j);
-            if (t == 0) {
-                for (int64_t q = q0; q < q1; ++q) best[q] = src[q * g.sw];
-                if (kTrackTap) std::fill(tap + q0, tap + q1, TapIndex<T>(0));
-                continue;
-            }
-            for (int64_t q = q0; q < q1; ++q) {
-                const T v = src[q * g.sw], m = best[q];
-                const bool take = (v > m) | ((v != v) & (m == m));
-                best[q] = take ? v : m;
-                if (kTrackTap) tap[q] = take ? t : tap[q];
-            }
-        }
-    }
-}
-
-// Calls fn(r, q, argmax) for every window of a plane: argmax is the flat index into the plane of
-// the window's first maximum, or -1 for a padded element.
-template <typename T, typename Fn>
-void for_each_argmax(const T* plane, const Geometry& g, Fn&& fn) {
-    int64_t r0, r1, q0, q1;
-    inner_range(g.oh, g.sh, g.pt, g.kh, g.h, r0, r1);
-    inner_range(g.ow, g.sw, g.pl, g.kw, g.w, q0, q1);
-    std::vector<T> best(static_cast<size_t>(g.ow));
-    std::vector<TapIndex<T>> tap(static_cast<size_t>(g.ow));
-    std::vector<int64_t> offset(static_cast<size_t>(g.kh * g.kw));  // tap -> offset in the plane (no division per window)
-    for (int64_t t = 0; t < g.kh * g.kw; ++t) offset[t] = (t / g.kw) * g.w + t % g.kw;
-    for (int64_t r = 0; r < g.oh; ++r) {
-        const bool inner_row = r >= r0 && r < r1 && q0 < q1;
-        if (inner_row) {
-            inner_row_argmax<T, true>(plane, g, r, q0, q1, best.data(), tap.data());
-            const int64_t corner = (r * g.sh - g.pt) * g.w - g.pl;
-            for (int64_t q = q0; q < q1; ++q) fn(r, q, corner + q * g.sw + offset[tap[q]]);
-        }
-        for (int64_t q = 0; q < g.ow; ++q) {
-            if (inner_row && q == q0) q = q1;
-            if (q >= g.ow) break;
-            fn(r, q, window_argmax(plane, g, r, q));
-        }
-    }
-}
-
-template <typename Fn>
-void for_each_plane(const Geometry& g, Fn&& fn) {
-    const bool parallel = g.planes() * g.out_plane() * g.kh * g.kw >= kParallelGrain;
-#pragma omp parallel for if (parallel) schedule(static)
-    for (int64_t plane = 0; plane < g.planes(); ++plane) fn(plane);
-}
-
-template <typename T>
-void max_pool_forward(const T* x, T* out, const Geometry& g) {
-    for_each_plane(g, [&](int64_t plane) {
-        const T* in = x + plane * g.in_plane();
-        T* o = out + plane * g.out_plane();
-        int64_t r0, r1, q0, q1;
-        inner_range(g.oh, g.sh, g.pt, g.kh, g.h, r0, r1);
-        inner_range(g.ow, g.sw, g.pl, g.kw, g.w, q0, q1);
-        for (int64_t r = 0; r < g.oh; ++r) {
-            T* row = o + r * g.ow;
-            const bool inner_row = r >= r0 && r < r1;
-            for (int64_t q = 0; q < g.ow; ++q) {
-                if (inner_row && q == q0) q = q1;  // the inner columns are done tap by tap below
-                if (q >= g.ow) break;
-                const int64_t at = window_argmax(in, g, r, q);
-                row[q] = at < 0 ? -std::numeric_limits<T>::infinity() : in[at];
-            }
-            if (inner_row && q0 < q1) inner_row_argmax<T, false>(in, g, r, q0, q1, row, nullptr);
-        }
-    });
-}
-
-// dx[argmax of each window] += grad (zeros elsewhere); select: out = values[argmax of each window].
-template <typename T>
-void max_pool_backward(const T* x, const T* grad, T* dx, const Geometry& g) {
-    for_each_plane(g, [&](int64_t plane) {
-        const T* in = x + plane * g.in_plane();
-        const T* gr = grad + plane * g.out_plane();
-        T* d = dx + plane * g.in_plane();
-        std::fill(d, d + g.in_plane(), T(0));
-        for_each_argmax(in, g, [&](int64_t r, int64_t q, int64_t at) {
-            if (at >= 0) d[at] += gr[r * g.ow + q];
-        });
-    });
-}
-
-template <typename T>
-void max_pool_select(const T* x, const T* values, T* out, const Geometry& g) {
-    for_each_plane(g, [&](int64_t plane) {
-        const T* in = x + plane * g.in_plane();
-        const T* val = values + plane * g.in_plane();
-        T* o = out + plane * g.out_plane();
-        for_each_argmax(in, g, [&](int64_t r, int64_t q, int64_t at) { o[r * g.ow + q] = at < 0 ? T(0) : val[at]; });
-    });
-}
-
-// Rows [i0, i1) and columns [j0, j1) of the window (r, q) inside the input, and its divisor.
-struct Window {
-    int64_t i0, i1, j0, j1;
-    double count;
-};
-
-inline Window window_of(const Geometry& g, int64_t r, int64_t q, bool count_include_pad) {
-    Window win;
-    const int64_t top = r * g.sh - g.pt, left = q * g.sw - g.pl;
-    win.i0 = std::max<int64_t>(top, 0);
-    win.i1 = std::min(top + g.kh, g.h);
-    win.j0 = std::max<int64_t>(left, 0);
-    win.j1 = std::min(left + g.kw, g.w);
-    win.count = count_include_pad ? double(g.kh * g.kw)
-                                  : double(std::max<int64_t>(win.i1 - win.i0, 0) * std::max<int64_t>(win.j1 - win.j0, 0));
-    return win;
-}
-
-template <typename T>
-void avg_pool_forward(const T* x, T* out, const Geometry& g, bool count_include_pad) {
-    for_each_plane(g, [&](int64_t plane) {
-        const T* in = x + plane * g.in_plane();
-        T* o = out + plane * g.out_plane();
-        for (int64_t r = 0; r < g.oh; ++r) {
-            for (int64_t q = 0; q < g.ow; ++q) {
-                const Window win = window_of(g, r, q, count_include_pad);
-                T total = T(0);
-                for (int64_t i = win.i0; i < win.i1; ++i) {
-                    for (int64_t j = win.j0; j < win.j1; ++j) total += in[i * g.w + j];
-                }
-                o[r * g.ow + q] = static_cast<T>(total / static_cast<T>(win.count));
-            }
-        }
-    });
-}
-
-template <typename T>
-void avg_pool_backward(const T* grad, T* dx, const Geometry& g, bool count_include_pad) {
-    for_each_plane(g, [&](int64_t plane) {
-        const T* gr = grad + plane * g.out_plane();
-        T* d = dx + plane * g.in_plane();
-        std::fill(d, d + g.in_plane(), T(0));
-        for (int64_t r = 0; r < g.oh; ++r) {
-            for (int64_t q = 0; q < g.ow; ++q) {
-                const Window win = window_of(g, r, q, count_include_pad);
-                const T share = gr[r * g.ow + q] / static_cast<T>(win.count);
-                for (int64_t i = win.i0; i < win.i1; ++i) {
-                    for (int64_t j = win.j0; j < win.j1; ++j) d[i * g.w + j] += share;
-                }
-            }
-        }
-    });
-}
 
 // -- whole convolutions: im2col / col2im on chunks of the batch around numpy's own BLAS ------------
 // The caller hands over the cblas_?gemm numpy calls (set_blas), so the products are numpy's. The
@@ -516,51 +288,6 @@ void conv_backward_input(const T* grad, const T* w, T* dx, const Geometry& g, in
     });
 }
 
-// -- Python entry points: `out` arrays are allocated (and sized) by the caller ---------------------
-void require_size(const py::array& a, int64_t size, const char* name) {
-    if (a.size() != size) {
-        throw std::invalid_argument(std::string(name) + " has " + std::to_string(a.size()) + " elements, expected " +
-                                    std::to_string(size));
-    }
-}
-
-template <typename Kernel>
-void run2(py::array in, py::array out, int64_t in_size, int64_t out_size, Kernel&& kernel) {
-    require_size(in, in_size, "input");
-    require_size(out, out_size, "output");
-    with_float(in, [&](auto t) {
-        using T = decltype(t);
-        require_dtype<T>(in, "input");
-        require_dtype<T>(out, "output");
-        const T* a = static_cast<const T*>(in.data());
-        T* b = static_cast<T*>(out.mutable_data());
-        py::gil_scoped_release release;
-        kernel(a, b);
-    });
-}
-
-template <typename Kernel>
-void run3(py::array in1, py::array in2, py::array out, int64_t size1, int64_t size2, int64_t out_size,
-          Kernel&& kernel) {
-    require_size(in1, size1, "input");
-    require_size(in2, size2, "second input");
-    require_size(out, out_size, "output");
-    with_float(in1, [&](auto t) {
-        using T = decltype(t);
-        require_dtype<T>(in1, "input");
-        require_dtype<T>(in2, "second input");
-        require_dtype<T>(out, "output");
-        const T* a = static_cast<const T*>(in1.data());
-        const T* b = static_cast<const T*>(in2.data());
-        T* o = static_cast<T*>(out.mutable_data());
-        py::gil_scoped_release release;
-        kernel(a, b, o);
-    });
-}
-
-int64_t input_size(const Geometry& g) { return g.planes() * g.in_plane(); }
-int64_t output_size(const Geometry& g) { return g.planes() * g.out_plane(); }
-int64_t cols_size(const Geometry& g) { return output_size(g) * g.kh * g.kw; }
 
 void conv_im2col(py::array x, py::array cols, const std::vector<int64_t>& geometry) {
     const Geometry g(geometry);
@@ -572,33 +299,6 @@ void conv_col2im(py::array cols, py::array x, const std::vector<int64_t>& geomet
     run2(cols, x, cols_size(g), input_size(g), [&](auto a, auto b) { col2im(a, b, g); });
 }
 
-void max_pool2d_forward(py::array x, py::array out, const std::vector<int64_t>& geometry) {
-    const Geometry g(geometry);
-    run2(x, out, input_size(g), output_size(g), [&](auto a, auto b) { max_pool_forward(a, b, g); });
-}
-
-void max_pool2d_backward(py::array x, py::array grad, py::array dx, const std::vector<int64_t>& geometry) {
-    const Geometry g(geometry);
-    run3(x, grad, dx, input_size(g), output_size(g), input_size(g),
-         [&](auto a, auto b, auto o) { max_pool_backward(a, b, o, g); });
-}
-
-void max_pool2d_select(py::array x, py::array values, py::array out, const std::vector<int64_t>& geometry) {
-    const Geometry g(geometry);
-    run3(x, values, out, input_size(g), input_size(g), output_size(g),
-         [&](auto a, auto b, auto o) { max_pool_select(a, b, o, g); });
-}
-
-void avg_pool2d_forward(py::array x, py::array out, const std::vector<int64_t>& geometry, bool count_include_pad) {
-    const Geometry g(geometry);
-    run2(x, out, input_size(g), output_size(g), [&](auto a, auto b) { avg_pool_forward(a, b, g, count_include_pad); });
-}
-
-void avg_pool2d_backward(py::array grad, py::array dx, const std::vector<int64_t>& geometry, bool count_include_pad) {
-    const Geometry g(geometry);
-    run2(grad, dx, output_size(g), input_size(g),
-         [&](auto a, auto b) { avg_pool_backward(a, b, g, count_include_pad); });
-}
 
 void set_blas(uintptr_t sgemm, uintptr_t dgemm, bool ilp64, uintptr_t set_threads, uintptr_t get_threads) {
     g_blas.sgemm = sgemm;
@@ -645,22 +345,14 @@ void conv2d_backward_input(py::array grad, py::array w, py::array dx, const std:
              [&](auto a, auto b, auto o) { conv_backward_input(a, b, o, g, out_channels, groups); });
 }
 
+
 }  // namespace
 }  // namespace mstrain
 
 PYBIND11_MODULE(_conv, m) {
-    m.doc() = "im2col / col2im and max / average pooling on NCHW planes (see core.kernels.conv).";
+    m.doc() = "Convolution passes (im2col / col2im around numpy's BLAS) on NCHW arrays (see core.kernels.conv).";
     m.def("conv_im2col", &mstrain::conv_im2col, py::arg("x"), py::arg("cols"), py::arg("geometry"));
     m.def("conv_col2im", &mstrain::conv_col2im, py::arg("cols"), py::arg("x"), py::arg("geometry"));
-    m.def("max_pool2d_forward", &mstrain::max_pool2d_forward, py::arg("x"), py::arg("out"), py::arg("geometry"));
-    m.def("max_pool2d_backward", &mstrain::max_pool2d_backward, py::arg("x"), py::arg("grad"), py::arg("dx"),
-          py::arg("geometry"));
-    m.def("max_pool2d_select", &mstrain::max_pool2d_select, py::arg("x"), py::arg("values"), py::arg("out"),
-          py::arg("geometry"));
-    m.def("avg_pool2d_forward", &mstrain::avg_pool2d_forward, py::arg("x"), py::arg("out"), py::arg("geometry"),
-          py::arg("count_include_pad"));
-    m.def("avg_pool2d_backward", &mstrain::avg_pool2d_backward, py::arg("grad"), py::arg("dx"), py::arg("geometry"),
-          py::arg("count_include_pad"));
     m.def("conv_set_blas", &mstrain::set_blas, py::arg("sgemm"), py::arg("dgemm"), py::arg("ilp64"),
           py::arg("set_threads"), py::arg("get_threads"));
     m.def("conv2d_forward", &mstrain::conv2d_forward, py::arg("x"), py::arg("w"), py::arg("out"), py::arg("geometry"),
@@ -670,6 +362,5 @@ PYBIND11_MODULE(_conv, m) {
     m.def("conv2d_backward_input", &mstrain::conv2d_backward_input, py::arg("grad"), py::arg("w"), py::arg("dx"),
           py::arg("geometry"), py::arg("out_channels"), py::arg("groups"));
     m.attr("KERNELS") = py::make_tuple("conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input",
-                                       "conv_set_blas", "conv_im2col", "conv_col2im", "max_pool2d_forward", "max_pool2d_backward",
-                                       "max_pool2d_select", "avg_pool2d_forward", "avg_pool2d_backward");
+                                       "conv_set_blas", "conv_im2col", "conv_col2im");
 }
