@@ -21,8 +21,8 @@ references make the columns of the whole batch and call np.matmul.
 
 `kernel`, `stride`, `dilation` are (h, w) pairs, `padding` is (top, bottom, left, right). The argmax
 of a window is its first maximum in row-major order (a NaN wins), as numpy's argmax. Each function
-runs the C++ kernel of `core/kernels/src/conv.cpp` (convolution) or `pool.cpp` when it is built, not disabled by
-MSTRAIN_DISABLE_KERNELS and the dtype is float32 or float64, else the numpy reference
+runs the C++ kernel of `core/kernels/src/conv.cpp` (convolution) or `pool.cpp` when it is built,
+not disabled by MSTRAIN_DISABLE_KERNELS and the dtype is float32 or float64, else the numpy reference
 `reference_<name>` below; the tests compare the two.
 """
 import numpy as np
@@ -31,7 +31,8 @@ from numpy.lib.stride_tricks import as_strided
 from ..errors import ShapeError
 from . import _native
 
-__all__ = ["conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input", "im2col", "col2im", "max_pool2d_forward", "max_pool2d_backward", "max_pool2d_select",
+__all__ = ["conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input", "im2col", "col2im",
+           "max_pool2d_forward", "max_pool2d_backward", "max_pool2d_select",
            "avg_pool2d_forward", "avg_pool2d_backward", "output_hw"]
 
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -61,7 +62,8 @@ def _covered_hw(x_shape, kernel, stride, padding, dilation, out_hw, name):
         return full
     out_hw = tuple(int(v) for v in out_hw)
     if not (1 <= out_hw[0] <= full[0] and 1 <= out_hw[1] <= full[1]):
-        raise ShapeError(f"{name}: {out_hw[0]}x{out_hw[1]} windows asked of {tuple(x_shape)}, which has {full[0]}x{full[1]}")
+        raise ShapeError(f"{name}: {out_hw[0]}x{out_hw[1]} windows asked of {tuple(x_shape)}, "
+                         f"which has {full[0]}x{full[1]}")
     return out_hw
 
 

@@ -5,7 +5,8 @@ each other's adjoints, so every VJP is one of the three and gradients of any ord
 same closure as MindSpore's Conv2D / Conv2DBackpropInput / Conv2DBackpropFilter). Each is one
 BLAS GEMM per group around an im2col (forward, filter gradient) or col2im (input gradient) of
 `mstrain.kernels.conv`, in C++ when built; the columns are channel-major (C*kh*kw, N*OH*OW), so
-the GEMMs see whole batches and float16 runs through float32 (BLAS has no float16). `max_pool2d` pairs with `max_pool2d_grad` (scatter to each window's argmax) and
+the GEMMs see whole batches and float16 runs through float32 (BLAS has no float16). `max_pool2d`
+pairs with `max_pool2d_grad` (scatter to each window's argmax) and
 `max_pool2d_select` (gather at the argmax), again adjoint to each other; `avg_pool2d` is linear
 with `avg_pool2d_grad` as its adjoint.
 
@@ -19,7 +20,8 @@ from ..kernels import conv as _k
 from .primitive import defop
 
 __all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "max_pool2d", "max_pool2d_grad",
-           "max_pool2d_select", "avg_pool2d", "avg_pool2d_grad", "conv_output_size", "same_padding", "update_moving_average"]
+           "max_pool2d_select", "avg_pool2d", "avg_pool2d_grad", "conv_output_size", "same_padding",
+           "update_moving_average"]
 
 
 def conv_output_size(size, kernel, stride, pad_before, pad_after, dilation=1):

@@ -167,14 +167,18 @@ Geometry chunk_of(const Geometry& g, int64_t samples) {
 template <typename T>
 void to_channel_major(const T* src, T* dst, int64_t b, int64_t o, int64_t p) {
     for (int64_t s = 0; s < b; ++s) {
-        for (int64_t ch = 0; ch < o; ++ch) std::copy(src + (s * o + ch) * p, src + (s * o + ch + 1) * p, dst + ch * b * p + s * p);
+        for (int64_t ch = 0; ch < o; ++ch) {
+            std::copy(src + (s * o + ch) * p, src + (s * o + ch + 1) * p, dst + ch * b * p + s * p);
+        }
     }
 }
 
 template <typename T>
 void from_channel_major(const T* src, T* dst, int64_t b, int64_t o, int64_t p) {
     for (int64_t s = 0; s < b; ++s) {
-        for (int64_t ch = 0; ch < o; ++ch) std::copy(src + ch * b * p + s * p, src + ch * b * p + (s + 1) * p, dst + (s * o + ch) * p);
+        for (int64_t ch = 0; ch < o; ++ch) {
+            std::copy(src + ch * b * p + s * p, src + ch * b * p + (s + 1) * p, dst + (s * o + ch) * p);
+        }
     }
 }
 

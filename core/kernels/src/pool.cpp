@@ -80,7 +80,8 @@ void for_each_argmax(const T* plane, const Geometry& g, Fn&& fn) {
     inner_range(g.ow, g.sw, g.pl, g.kw, g.w, q0, q1);
     std::vector<T> best(static_cast<size_t>(g.ow));
     std::vector<TapIndex<T>> tap(static_cast<size_t>(g.ow));
-    std::vector<int64_t> offset(static_cast<size_t>(g.kh * g.kw));  // tap -> offset in the plane (no division per window)
+    // tap -> offset in the plane: no division per window
+    std::vector<int64_t> offset(static_cast<size_t>(g.kh * g.kw));
     for (int64_t t = 0; t < g.kh * g.kw; ++t) offset[t] = (t / g.kw) * g.w + t % g.kw;
     for (int64_t r = 0; r < g.oh; ++r) {
         const bool inner_row = r >= r0 && r < r1 && q0 < q1;
@@ -163,8 +164,8 @@ inline Window window_of(const Geometry& g, int64_t r, int64_t q, bool count_incl
     win.i1 = std::min(top + g.kh, g.h);
     win.j0 = std::max<int64_t>(left, 0);
     win.j1 = std::min(left + g.kw, g.w);
-    win.count = count_include_pad ? double(g.kh * g.kw)
-                                  : double(std::max<int64_t>(win.i1 - win.i0, 0) * std::max<int64_t>(win.j1 - win.j0, 0));
+    const int64_t rows = std::max<int64_t>(win.i1 - win.i0, 0), cols = std::max<int64_t>(win.j1 - win.j0, 0);
+    win.count = count_include_pad ? double(g.kh * g.kw) : double(rows * cols);
     return win;
 }
 
