@@ -8,7 +8,8 @@ the same thing; the tests compare them.
 
 Set `MSTRAIN_DISABLE_KERNELS=1` to force the numpy path (read at each call). `available(name)`
 says whether a C++ kernel will run; `native_kernels()` lists the built ones. Multi-head graph
-kernels for message passing (GCN/GAT) live in `mstrain.kernels.graph`, built the same way.
+kernels for message passing (GCN/GAT) live in `mstrain.kernels.graph`, the convolution passes and
+pooling in `mstrain.kernels.conv`, built the same way.
 
 >>> import numpy as np
 >>> from mstrain import kernels
