@@ -19,8 +19,10 @@ The three convolution passes are GEMMs around im2col / col2im. The C++ kernels r
 the batch whose columns fit in the cache, calling the cblas_?gemm numpy itself uses; the numpy
 references make the columns of the whole batch and call np.matmul.
 
-`kernel`, `stride`, `dilation` are (h, w) pairs, `padding` is (top, bottom, left, right). The argmax
-of a window is its first maximum in row-major order (a NaN wins), as numpy's argmax. Each function
+The convolution and pooling functions take `out=` (a C-contiguous array of the result's shape and
+dtype) to write the result into a buffer the caller planned. `kernel`, `stride`, `dilation` are
+(h, w) pairs, `padding` is (top, bottom, left, right). The argmax of a window is its first maximum
+in row-major order (a NaN wins), as numpy's argmax. Each function
 runs the C++ kernel of `core/kernels/src/conv.cpp` (convolution) or `pool.cpp` when it is built,
 not disabled by MSTRAIN_DISABLE_KERNELS and the dtype is float32 or float64, else the numpy reference
 `reference_<name>` below; the tests compare the two.
@@ -71,6 +73,24 @@ def _kernel_for(name, *arrays):
     if any(a.dtype not in _NATIVE_DTYPES or a.dtype != arrays[0].dtype for a in arrays):
         return None
     return _native(name)  # the callers pass contiguous copies
+
+
+def _into(out, shape, dtype, name):
+    """`out` checked to take the result (the kernels write into it), or a new array."""
+    shape = tuple(int(v) for v in shape)
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
+        got = f"{out.dtype}{out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
+        raise ShapeError(f"{name}: out must be a C-contiguous {np.dtype(dtype)} array of shape {shape}, got {got}")
+    return out
+
+
+def _reference_into(out, result):
+    if out is None:
+        return result
+    np.copyto(out, result, casting="unsafe")
+    return out
 
 
 def _check_nchw(x, name):
@@ -281,16 +301,16 @@ def col2im(cols, x_shape, kernel, stride, padding, dilation, out_hw=None):
     return x
 
 
-def max_pool2d_forward(x, kernel, stride, padding):
+def max_pool2d_forward(x, kernel, stride, padding, out=None):
     x = np.asarray(x)
     _check_nchw(x, "max_pool2d input")
     out_hw = output_hw(x.shape[2:], kernel, stride, padding)
+    result = _into(out, x.shape[:2] + out_hw, x.dtype, "max_pool2d_forward")
     native = _kernel_for("max_pool2d_forward", x)
     if native is None:
-        return reference_max_pool2d_forward(x, kernel, stride, padding)
-    out = np.empty(x.shape[:2] + out_hw, dtype=x.dtype)
-    native(np.ascontiguousarray(x), out, _geometry(x.shape, out_hw, kernel, stride, padding))
-    return out
+        return _reference_into(out, reference_max_pool2d_forward(x, kernel, stride, padding))
+    native(np.ascontiguousarray(x), result, _geometry(x.shape, out_hw, kernel, stride, padding))
+    return result
 
 
 def _pool_pair(x, other, kernel, stride, padding, other_hw, name):
@@ -302,50 +322,52 @@ def _pool_pair(x, other, kernel, stride, padding, other_hw, name):
     return out_hw
 
 
-def max_pool2d_backward(x, grad, kernel, stride, padding):
+def max_pool2d_backward(x, grad, kernel, stride, padding, out=None):
     x, grad = np.asarray(x), np.asarray(grad)
     out_hw = _pool_pair(x, grad, kernel, stride, padding, "out", "max_pool2d_backward")
+    dx = _into(out, x.shape, np.result_type(x, grad), "max_pool2d_backward")
     native = _kernel_for("max_pool2d_backward", x, grad)
     if native is None:
-        return reference_max_pool2d_backward(x, grad, kernel, stride, padding)
-    dx = np.empty(x.shape, dtype=x.dtype)
+        return _reference_into(out, reference_max_pool2d_backward(x, grad, kernel, stride, padding))
     native(np.ascontiguousarray(x), np.ascontiguousarray(grad), dx, _geometry(x.shape, out_hw, kernel, stride, padding))
     return dx
 
 
-def max_pool2d_select(x, values, kernel, stride, padding):
+def max_pool2d_select(x, values, kernel, stride, padding, out=None):
     x, values = np.asarray(x), np.asarray(values)
     out_hw = _pool_pair(x, values, kernel, stride, padding, "in", "max_pool2d_select")
+    result = _into(out, x.shape[:2] + out_hw, np.result_type(x, values), "max_pool2d_select")
     native = _kernel_for("max_pool2d_select", x, values)
     if native is None:
-        return reference_max_pool2d_select(x, values, kernel, stride, padding)
-    out = np.empty(x.shape[:2] + out_hw, dtype=x.dtype)
-    native(np.ascontiguousarray(x), np.ascontiguousarray(values), out,
+        return _reference_into(out, reference_max_pool2d_select(x, values, kernel, stride, padding))
+    native(np.ascontiguousarray(x), np.ascontiguousarray(values), result,
            _geometry(x.shape, out_hw, kernel, stride, padding))
-    return out
+    return result
 
 
-def avg_pool2d_forward(x, kernel, stride, padding, count_include_pad=True):
+def avg_pool2d_forward(x, kernel, stride, padding, count_include_pad=True, out=None):
     x = np.asarray(x)
     _check_nchw(x, "avg_pool2d input")
     out_hw = output_hw(x.shape[2:], kernel, stride, padding)
+    result = _into(out, x.shape[:2] + out_hw, x.dtype, "avg_pool2d_forward")
     native = _kernel_for("avg_pool2d_forward", x)
     if native is None:
-        return reference_avg_pool2d_forward(x, kernel, stride, padding, count_include_pad)
-    out = np.empty(x.shape[:2] + out_hw, dtype=x.dtype)
-    native(np.ascontiguousarray(x), out, _geometry(x.shape, out_hw, kernel, stride, padding), bool(count_include_pad))
-    return out
+        return _reference_into(out, reference_avg_pool2d_forward(x, kernel, stride, padding, count_include_pad))
+    native(np.ascontiguousarray(x), result, _geometry(x.shape, out_hw, kernel, stride, padding),
+           bool(count_include_pad))
+    return result
 
 
-def avg_pool2d_backward(grad, x_shape, kernel, stride, padding, count_include_pad=True):
+def avg_pool2d_backward(grad, x_shape, kernel, stride, padding, count_include_pad=True, out=None):
     grad = np.asarray(grad)
     out_hw = output_hw(x_shape[2:], kernel, stride, padding)
     if grad.shape != tuple(x_shape[:2]) + out_hw:
         raise ShapeError(f"avg_pool2d_backward: grad has shape {grad.shape}, expected {tuple(x_shape[:2]) + out_hw}")
+    dx = _into(out, x_shape, grad.dtype, "avg_pool2d_backward")
     native = _kernel_for("avg_pool2d_backward", grad)
     if native is None:
-        return reference_avg_pool2d_backward(grad, x_shape, kernel, stride, padding, count_include_pad)
-    dx = np.empty(tuple(x_shape), dtype=grad.dtype)
+        return _reference_into(out, reference_avg_pool2d_backward(grad, x_shape, kernel, stride, padding,
+                                                                  count_include_pad))
     native(np.ascontiguousarray(grad), dx, _geometry(x_shape, out_hw, kernel, stride, padding), bool(count_include_pad))
     return dx
 
@@ -358,21 +380,21 @@ def _conv_geometry(x_shape, w_shape, groups, name):
                          "do not fit (weight must be (out, in / groups, kh, kw))")
 
 
-def conv2d_forward(x, w, stride, padding, dilation, groups=1):
+def conv2d_forward(x, w, stride, padding, dilation, groups=1, out=None):
     """(N, C, H, W) * (O, C/groups, kh, kw) -> (N, O, OH, OW), cross-correlation."""
     x, w = np.asarray(x), np.asarray(w)
     _conv_geometry(x.shape, w.shape, groups, "conv2d")
     out_hw = output_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
+    result = _into(out, (x.shape[0], w.shape[0]) + out_hw, np.result_type(x, w), "conv2d_forward")
     native = _conv_kernel("conv2d_forward", x, w) if x.shape[0] else None
     if native is None:
-        return reference_conv2d_forward(x, w, stride, padding, dilation, groups)
-    out = np.empty((x.shape[0], w.shape[0]) + out_hw, dtype=x.dtype)
-    native(np.ascontiguousarray(x), np.ascontiguousarray(w), out,
+        return _reference_into(out, reference_conv2d_forward(x, w, stride, padding, dilation, groups))
+    native(np.ascontiguousarray(x), np.ascontiguousarray(w), result,
            _geometry(x.shape, out_hw, w.shape[2:], stride, padding, dilation), w.shape[0], groups)
-    return out
+    return result
 
 
-def conv2d_backward_filter(x, grad, w_shape, stride, padding, dilation, groups=1):
+def conv2d_backward_filter(x, grad, w_shape, stride, padding, dilation, groups=1, out=None):
     """The weight gradient of conv2d_forward: (O, C/groups, kh, kw)."""
     x, grad = np.asarray(x), np.asarray(grad)
     w_shape = tuple(int(v) for v in w_shape)
@@ -380,16 +402,17 @@ def conv2d_backward_filter(x, grad, w_shape, stride, padding, dilation, groups=1
     out_hw = _covered_hw(x.shape, w_shape[2:], stride, padding, dilation, grad.shape[2:], "conv2d_backward_filter")
     if grad.shape[:2] != (x.shape[0], w_shape[0]):
         raise ShapeError(f"conv2d_backward_filter: grad {grad.shape} does not fit input {x.shape} and weight {w_shape}")
+    dw = _into(out, w_shape, np.result_type(x, grad), "conv2d_backward_filter")
     native = _conv_kernel("conv2d_backward_filter", x, grad) if x.shape[0] else None
     if native is None:
-        return reference_conv2d_backward_filter(x, grad, w_shape, stride, padding, dilation, groups)
-    dw = np.empty(w_shape, dtype=x.dtype)
+        return _reference_into(out, reference_conv2d_backward_filter(x, grad, w_shape, stride, padding, dilation,
+                                                                     groups))
     native(np.ascontiguousarray(x), np.ascontiguousarray(grad), dw,
            _geometry(x.shape, out_hw, w_shape[2:], stride, padding, dilation), w_shape[0], groups)
     return dw
 
 
-def conv2d_backward_input(grad, w, x_shape, stride, padding, dilation, groups=1):
+def conv2d_backward_input(grad, w, x_shape, stride, padding, dilation, groups=1, out=None):
     """The input gradient of conv2d_forward (a transposed convolution of grad): x_shape."""
     grad, w = np.asarray(grad), np.asarray(w)
     x_shape = tuple(int(v) for v in x_shape)
@@ -397,10 +420,11 @@ def conv2d_backward_input(grad, w, x_shape, stride, padding, dilation, groups=1)
     out_hw = _covered_hw(x_shape, w.shape[2:], stride, padding, dilation, grad.shape[2:], "conv2d_backward_input")
     if grad.shape[:2] != (x_shape[0], w.shape[0]):
         raise ShapeError(f"conv2d_backward_input: grad {grad.shape} does not fit input {x_shape} and weight {w.shape}")
+    dx = _into(out, x_shape, np.result_type(grad, w), "conv2d_backward_input")
     native = _conv_kernel("conv2d_backward_input", grad, w) if x_shape[0] else None
     if native is None:
-        return reference_conv2d_backward_input(grad, w, x_shape, stride, padding, dilation, groups)
-    dx = np.empty(x_shape, dtype=grad.dtype)
+        return _reference_into(out, reference_conv2d_backward_input(grad, w, x_shape, stride, padding, dilation,
+                                                                    groups))
     native(np.ascontiguousarray(grad), np.ascontiguousarray(w), dx,
            _geometry(x_shape, out_hw, w.shape[2:], stride, padding, dilation), w.shape[0], groups)
     return dx

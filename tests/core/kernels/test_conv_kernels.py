@@ -213,3 +213,32 @@ def test_float16_convolution_and_pooling_compute_in_float32():
     pooled = C.max_pool2d.impl(x, (2, 2), (2, 2))
     assert pooled.dtype == np.float16
     np.testing.assert_array_equal(pooled, x.reshape(2, 3, 4, 2, 4, 2).max(axis=(3, 5)))
+
+
+@pytest.mark.parametrize("path", ["native", "numpy"])
+def test_results_go_into_a_planned_buffer(monkeypatch, path):
+    if path == "numpy":
+        monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "1")
+    else:
+        _native_only(monkeypatch)
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((2, 3, 6, 6)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    conv = ((1, 1), (1, 1, 1, 1), (1, 1), 1)
+    expected = K.reference_conv2d_forward(x, w, *conv)
+    buffer = np.full(expected.shape, np.nan, np.float32)
+    assert K.conv2d_forward(x, w, *conv, out=buffer) is buffer
+    _close(buffer, expected)
+    g = rng.standard_normal(expected.shape).astype(np.float32)
+    for fn, args, want in (
+            (K.conv2d_backward_filter, (x, g, w.shape, *conv),
+             K.reference_conv2d_backward_filter(x, g, w.shape, *conv)),
+            (K.conv2d_backward_input, (g, w, x.shape, *conv), K.reference_conv2d_backward_input(g, w, x.shape, *conv)),
+            (K.max_pool2d_forward, (x, (2, 2), (2, 2), (0, 0, 0, 0)), K.reference_max_pool2d_forward(
+                x, (2, 2), (2, 2), (0, 0, 0, 0))),
+            (K.avg_pool2d_backward, (x[:, :, :3, :3], x.shape, (2, 2), (2, 2), (0, 0, 0, 0)),
+             K.reference_avg_pool2d_backward(x[:, :, :3, :3], x.shape, (2, 2), (2, 2), (0, 0, 0, 0), True))):
+        buffer = np.empty(want.shape, np.float32)
+        assert fn(*args, out=buffer) is buffer
+        _close(buffer, want)
+    with pytest.raises(ShapeError, match="out must be a C-contiguous float32 array of shape"):
+        K.conv2d_forward(x, w, *conv, out=np.empty((2, 4, 6, 5), np.float32))
