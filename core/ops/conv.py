@@ -38,9 +38,9 @@ def same_padding(size, kernel, stride, dilation=1):
 
 
 def _compute_dtype(*arrays):
-    """float16 (and other narrow floats) compute in float32: BLAS and the kernels have no float16."""
+    """float16 computes in float32 (BLAS and the kernels have no float16); integers stay exact (numpy)."""
     dtype = np.result_type(*arrays)
-    return np.dtype(np.float32) if dtype.kind != "f" or dtype.itemsize < 4 else dtype
+    return np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize < 4 else dtype
 
 
 def _as(array, dtype):
