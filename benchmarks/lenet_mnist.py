@@ -4,6 +4,7 @@ after N epochs, side by side with PyTorch eager (benchmarks/peers/lenet_mnist_to
     python benchmarks/lenet_mnist.py [--epochs 2] [--peer]
 """
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -41,18 +42,26 @@ def main():
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="BLAS / OpenMP threads of both sides (default: the machine's cores, peer 2); 1 gives "
+                             "steadier ratios on a shared machine")
     parser.add_argument("--peer", action="store_true", help="also run the PyTorch eager peer")
     args = parser.parse_args()
+    if args.threads:  # before numpy loads its BLAS
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[name] = str(args.threads)
     lines = []
     for mode, sink in (("eager", False), ("loop_sink", True)):
         speed, accuracy = train(args.epochs, args.batch, sink, args.seed)
         line = _common.record("lenet", "lenet-mnist", mode, "train_images_per_s", speed,
-                              f"test_acc_after_{args.epochs}_epochs", accuracy, batch=args.batch)
+                              f"test_acc_after_{args.epochs}_epochs", accuracy, batch=args.batch,
+                              blas_threads=args.threads or "default")
         _common.emit(line)
         lines.append(line)
     if args.peer:
         peer = _common.run_peer(str(_common.REPO / "benchmarks" / "peers" / "lenet_mnist_torch.py"),
-                                ["--data", str(DATA), "--epochs", str(args.epochs), "--seed", str(args.seed)])[0]
+                                ["--data", str(DATA), "--epochs", str(args.epochs), "--seed", str(args.seed)]
+                                + (["--threads", str(args.threads)] if args.threads else []))[0]
         for line in lines:
             _common.emit(_common.ratio(line, peer, accuracy_diff_vs_peer=round(line["quality"] - peer["quality"], 4)))
 

@@ -9,7 +9,8 @@ the same thing; the tests compare them.
 Set `MSTRAIN_DISABLE_KERNELS=1` to force the numpy path (read at each call). `available(name)`
 says whether a C++ kernel will run; `native_kernels()` lists the built ones. A kit keeps its own
 kernels in `<kit>/kernels/src` and reaches them with `native_module` (the GNN kit's CSR graph
-kernels: `mstrain.gnn.kernels.graph`).
+kernels: `mstrain.gnn.kernels.graph`). The convolution passes and pooling are in
+`mstrain.kernels.conv`.
 
 >>> import numpy as np
 >>> from mstrain import kernels

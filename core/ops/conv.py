@@ -2,9 +2,11 @@
 
 `conv2d`, `conv2d_backprop_input` and `conv2d_backprop_filter` are three primitives that are
 each other's adjoints, so every VJP is one of the three and gradients of any order work (the
-same closure as MindSpore's Conv2D / Conv2DBackpropInput / Conv2DBackpropFilter). Windows are a
-strided view of the padded input (no copy); one batched matmul per group does the arithmetic
-in BLAS. `max_pool2d` pairs with `max_pool2d_grad` (scatter to each window's argmax) and
+same closure as MindSpore's Conv2D / Conv2DBackpropInput / Conv2DBackpropFilter). Each is one
+BLAS GEMM per group around an im2col (forward, filter gradient) or col2im (input gradient) of
+`mstrain.kernels.conv`, in C++ when built; the columns are channel-major (C*kh*kw, N*OH*OW), so
+the GEMMs see whole batches and float16 runs through float32 (BLAS has no float16). `max_pool2d`
+pairs with `max_pool2d_grad` (scatter to each window's argmax) and
 `max_pool2d_select` (gather at the argmax), again adjoint to each other; `avg_pool2d` is linear
 with `avg_pool2d_grad` as its adjoint.
 
@@ -12,13 +14,14 @@ Geometry attributes: `stride` and `dilation` are (h, w) pairs, `padding` is (top
 right) in elements, `groups` splits channels (groups == channels is a depthwise convolution).
 """
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ..errors import ShapeError
+from ..kernels import conv as _k
 from .primitive import defop
 
 __all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "max_pool2d", "max_pool2d_grad",
-           "max_pool2d_select", "avg_pool2d", "avg_pool2d_grad", "conv_output_size", "same_padding", "update_moving_average"]
+           "max_pool2d_select", "avg_pool2d", "avg_pool2d_grad", "conv_output_size", "same_padding",
+           "update_moving_average"]
 
 
 def conv_output_size(size, kernel, stride, pad_before, pad_after, dilation=1):
@@ -34,39 +37,14 @@ def same_padding(size, kernel, stride, dilation=1):
     return total // 2, total - total // 2
 
 
-def _pad(x, padding, value=0.0):
-    top, bottom, left, right = padding
-    if not (top or bottom or left or right):
-        return x
-    return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
+def _compute_dtype(*arrays):
+    """float16 computes in float32 (BLAS and the kernels have no float16); integers stay exact (numpy)."""
+    dtype = np.result_type(*arrays)
+    return np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize < 4 else dtype
 
 
-def _windows(xp, kernel, stride, dilation, out_hw):
-    """(N, C, OH, OW, kh, kw) strided view of the padded input `xp` (no copy)."""
-    n, c = xp.shape[:2]
-    s = xp.strides
-    return as_strided(xp, (n, c, out_hw[0], out_hw[1], kernel[0], kernel[1]),
-                      (s[0], s[1], s[2] * stride[0], s[3] * stride[1], s[2] * dilation[0], s[3] * dilation[1]),
-                      writeable=False)
-
-
-def _out_hw(in_hw, kernel, stride, padding, dilation):
-    oh = conv_output_size(in_hw[0], kernel[0], stride[0], padding[0], padding[1], dilation[0])
-    ow = conv_output_size(in_hw[1], kernel[1], stride[1], padding[2], padding[3], dilation[1])
-    if oh < 1 or ow < 1:
-        raise ShapeError(f"conv/pool: a {kernel[0]}x{kernel[1]} window (dilation {dilation}) does not fit "
-                         f"the {in_hw[0]}x{in_hw[1]} input padded by {padding}")
-    return oh, ow
-
-
-def _columns(x, kernel, stride, padding, dilation, groups):
-    """(G, N*OH*OW, C/G*kh*kw) im2col matrix and the output size (OH, OW)."""
-    n, c, h, w = x.shape
-    out_hw = _out_hw((h, w), kernel, stride, padding, dilation)
-    win = _windows(_pad(x, padding), kernel, stride, dilation, out_hw)        # (N, C, OH, OW, kh, kw)
-    win = win.reshape(n, groups, c // groups, out_hw[0], out_hw[1], kernel[0], kernel[1])
-    cols = win.transpose(1, 0, 3, 4, 2, 5, 6)                                 # (G, N, OH, OW, C/G, kh, kw)
-    return np.ascontiguousarray(cols).reshape(groups, n * out_hw[0] * out_hw[1], -1), out_hw
+def _as(array, dtype):
+    return np.asarray(array).astype(dtype, copy=False)
 
 
 def _check(x_shape, w_shape, groups):
@@ -81,12 +59,9 @@ def _check(x_shape, w_shape, groups):
 def conv2d(x, weight, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
     """(N, C, H, W) * (O, C/groups, kh, kw) -> (N, O, OH, OW), cross-correlation as in every framework."""
     _check(x.shape, weight.shape, groups)
-    n, o = x.shape[0], weight.shape[0]
-    cols, (oh, ow) = _columns(x, weight.shape[2:], stride, padding, dilation, groups)
-    w_mat = weight.reshape(groups, o // groups, -1).transpose(0, 2, 1)        # (G, C/G*kh*kw, O/G)
-    out = np.matmul(cols, w_mat)                                              # (G, N*OH*OW, O/G)
-    out = out.reshape(groups, n, oh, ow, o // groups).transpose(1, 0, 4, 2, 3)
-    return np.ascontiguousarray(out).reshape(n, o, oh, ow)
+    dtype = _compute_dtype(x, weight)
+    out = _k.conv2d_forward(_as(x, dtype), _as(weight, dtype), stride, padding, dilation, groups)
+    return out.astype(np.result_type(x, weight), copy=False)
 
 
 @conv2d.defvjp
@@ -100,32 +75,12 @@ def _(ctx, g):
     return gx, gw
 
 
-def _grad_matrix(g, groups):
-    """(G, N*OH*OW, O/G) view of an output gradient (N, O, OH, OW)."""
-    n, o, oh, ow = g.shape
-    return np.ascontiguousarray(g.reshape(n, groups, o // groups, oh, ow).transpose(1, 0, 3, 4, 2)).reshape(
-        groups, n * oh * ow, o // groups)
-
-
 @defop("conv2d_backprop_input", attrs=("input_shape", "stride", "padding", "dilation", "groups"))
 def conv2d_backprop_input(g, weight, input_shape, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
     """The adjoint of conv2d in its input (a transposed convolution): (N, O, OH, OW) -> input_shape."""
-    n, c, h, w = input_shape
-    o, _, kh, kw = weight.shape
-    _, _, oh, ow = g.shape
-    w_mat = weight.reshape(groups, o // groups, -1)                           # (G, O/G, C/G*kh*kw)
-    cols = np.matmul(_grad_matrix(g, groups), w_mat)                          # (G, N*OH*OW, C/G*kh*kw)
-    cols = cols.reshape(groups, n, oh, ow, c // groups, kh, kw).transpose(1, 0, 4, 2, 3, 5, 6)
-    cols = cols.reshape(n, c, oh, ow, kh, kw)
-    top, bottom, left, right = padding
-    out = np.zeros((n, c, h + top + bottom, w + left + right), dtype=np.result_type(g, weight))
-    for i in range(kh):  # scatter-add each kernel tap's plane: kh*kw strided adds, no Python per pixel
-        row = i * dilation[0]
-        for j in range(kw):
-            col = j * dilation[1]
-            out[:, :, row:row + stride[0] * (oh - 1) + 1:stride[0],
-                col:col + stride[1] * (ow - 1) + 1:stride[1]] += cols[..., i, j]
-    return out[:, :, top:top + h, left:left + w]
+    dtype = _compute_dtype(g, weight)
+    out = _k.conv2d_backward_input(_as(g, dtype), _as(weight, dtype), input_shape, stride, padding, dilation, groups)
+    return out.astype(np.result_type(g, weight), copy=False)
 
 
 @conv2d_backprop_input.defvjp
@@ -141,10 +96,9 @@ def _(ctx, gg):
 @defop("conv2d_backprop_filter", attrs=("filter_shape", "stride", "padding", "dilation", "groups"))
 def conv2d_backprop_filter(x, g, filter_shape, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
     """The adjoint of conv2d in its weight: sum over the batch of windows x output gradient."""
-    o = filter_shape[0]
-    cols, _ = _columns(x, filter_shape[2:], stride, padding, dilation, groups)
-    gw = np.matmul(_grad_matrix(g, groups).transpose(0, 2, 1), cols)          # (G, O/G, C/G*kh*kw)
-    return gw.reshape(o, *filter_shape[1:])
+    dtype = _compute_dtype(x, g)
+    out = _k.conv2d_backward_filter(_as(x, dtype), _as(g, dtype), filter_shape, stride, padding, dilation, groups)
+    return out.astype(np.result_type(x, g), copy=False)
 
 
 @conv2d_backprop_filter.defvjp
@@ -157,29 +111,18 @@ def _(ctx, gg):
     return d_x, d_g
 
 
-# ---- max pooling -----------------------------------------------------------------------------------
+# ---- pooling: float32/float64 in the kernels, narrower floats through float32 ----------------------
 
-def _pool_windows(x, kernel, stride, padding, fill):
-    out_hw = _out_hw(x.shape[2:], kernel, stride, padding, (1, 1))
-    win = _windows(_pad(x, padding, fill), kernel, stride, (1, 1), out_hw)
-    return win.reshape(win.shape[:4] + (-1,)), out_hw                         # (N, C, OH, OW, kh*kw)
-
-
-def _argmax_index(x, kernel, stride, padding):
-    """Flat index into the padded input of each window's maximum (first one on ties)."""
-    win, (oh, ow) = _pool_windows(x, kernel, stride, padding, -np.inf)
-    k = win.argmax(axis=-1)                                                   # (N, C, OH, OW)
-    wp = x.shape[3] + padding[2] + padding[3]
-    rows = np.arange(oh)[:, None] * stride[0] + k // kernel[1]
-    cols = np.arange(ow)[None, :] * stride[1] + k % kernel[1]
-    return rows * wp + cols
+def _pool_call(kernel_fn, arrays, *args):
+    dtype = _compute_dtype(*arrays)
+    out = kernel_fn(*(_as(a, dtype) for a in arrays), *args)
+    return out.astype(np.result_type(*arrays), copy=False)
 
 
 @defop("max_pool2d", attrs=("kernel", "stride", "padding"))
 def max_pool2d(x, kernel, stride, padding=(0, 0, 0, 0)):
     """Maximum over each kh x kw window (padding counts as -inf)."""
-    win, _ = _pool_windows(x, kernel, stride, padding, -np.inf)
-    return win.max(axis=-1)
+    return _pool_call(_k.max_pool2d_forward, (x,), kernel, stride, padding)
 
 
 @max_pool2d.defvjp
@@ -190,14 +133,8 @@ def _(ctx, g):
 
 @defop("max_pool2d_grad", attrs=("kernel", "stride", "padding"))
 def max_pool2d_grad(x, g, kernel, stride, padding=(0, 0, 0, 0)):
-    """g added at each window's argmax of x (overlapping windows accumulate)."""
-    n, c, h, w = x.shape
-    hp, wp = h + padding[0] + padding[1], w + padding[2] + padding[3]
-    flat = _argmax_index(x, kernel, stride, padding).reshape(n * c, -1)
-    out = np.zeros((n * c, hp * wp), dtype=g.dtype)
-    base = (np.arange(n * c) * hp * wp)[:, None]
-    np.add.at(out.reshape(-1), (flat + base).reshape(-1), g.reshape(-1))
-    return out.reshape(n, c, hp, wp)[:, :, padding[0]:padding[0] + h, padding[2]:padding[2] + w]
+    """g added at each window's argmax of x, the first maximum (overlapping windows accumulate)."""
+    return _pool_call(_k.max_pool2d_backward, (x, g), kernel, stride, padding)
 
 
 @max_pool2d_grad.defvjp
@@ -210,11 +147,7 @@ def _(ctx, gg):
 @defop("max_pool2d_select", attrs=("kernel", "stride", "padding"))
 def max_pool2d_select(x, values, kernel, stride, padding=(0, 0, 0, 0)):
     """`values` (shaped like x) read at each window's argmax of x: max_pool2d_grad's adjoint."""
-    n, c, h, w = x.shape
-    padded = _pad(values, padding).reshape(n * c, -1)
-    flat = _argmax_index(x, kernel, stride, padding).reshape(n * c, -1)
-    oh, ow = _out_hw((h, w), kernel, stride, padding, (1, 1))
-    return np.take_along_axis(padded, flat, axis=1).reshape(n, c, oh, ow)
+    return _pool_call(_k.max_pool2d_select, (x, values), kernel, stride, padding)
 
 
 @max_pool2d_select.defvjp
@@ -224,23 +157,10 @@ def _(ctx, g):
     return None, max_pool2d_grad(x, g, a["kernel"], a["stride"], a["padding"])
 
 
-# ---- average pooling -------------------------------------------------------------------------------
-
-def _window_counts(in_hw, kernel, stride, padding, count_include_pad):
-    """Divisor of each output: kh*kw, or the number of real (unpadded) elements in the window."""
-    if count_include_pad or not any(padding):
-        return float(kernel[0] * kernel[1])
-    ones = np.ones((1, 1) + tuple(in_hw))
-    win, _ = _pool_windows(ones, kernel, stride, padding, 0.0)
-    return win.sum(axis=-1)[0, 0]
-
-
 @defop("avg_pool2d", attrs=("kernel", "stride", "padding", "count_include_pad"))
 def avg_pool2d(x, kernel, stride, padding=(0, 0, 0, 0), count_include_pad=True):
     """Mean over each window; with count_include_pad=False padded elements are not counted."""
-    win, _ = _pool_windows(x, kernel, stride, padding, 0.0)
-    counts = _window_counts(x.shape[2:], kernel, stride, padding, count_include_pad)
-    return (win.sum(axis=-1) / counts).astype(x.dtype, copy=False)
+    return _pool_call(_k.avg_pool2d_forward, (x,), kernel, stride, padding, count_include_pad)
 
 
 @avg_pool2d.defvjp
@@ -253,15 +173,7 @@ def _(ctx, g):
 @defop("avg_pool2d_grad", attrs=("input_shape", "kernel", "stride", "padding", "count_include_pad"))
 def avg_pool2d_grad(g, input_shape, kernel, stride, padding=(0, 0, 0, 0), count_include_pad=True):
     """avg_pool2d's adjoint: each output gradient spread evenly over its window."""
-    n, c, h, w = input_shape
-    counts = _window_counts((h, w), kernel, stride, padding, count_include_pad)
-    share = g / counts
-    oh, ow = g.shape[2:]
-    out = np.zeros((n, c, h + padding[0] + padding[1], w + padding[2] + padding[3]), dtype=g.dtype)
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            out[:, :, i:i + stride[0] * (oh - 1) + 1:stride[0], j:j + stride[1] * (ow - 1) + 1:stride[1]] += share
-    return out[:, :, padding[0]:padding[0] + h, padding[2]:padding[2] + w]
+    return _pool_call(_k.avg_pool2d_backward, (g,), tuple(input_shape), kernel, stride, padding, count_include_pad)
 
 
 @avg_pool2d_grad.defvjp
@@ -279,3 +191,72 @@ def update_moving_average(state, value, momentum):
     state *= momentum
     state += (1.0 - momentum) * np.asarray(value, dtype=state.dtype)
     return state
+
+
+# ---- sharding rules (the parallel planner's loop nests) --------------------------------------------
+# Iteration dimensions of the convolutions: batch, output channels, input channels, input rows and
+# columns, output rows and columns, kernel rows and columns, and (groups > 1) input channels per
+# group. The batch splits freely, output channels split the weight (model parallel), input channels
+# are summed (a split gives partial sums); windows never split (no halo exchange), and with groups the
+# channels stay whole.
+_N, _O, _C, _H, _W, _OH, _OW, _KH, _KW, _CG = range(10)
+
+
+def _conv_spec(x_shape, w_shape, out_hw, groups, inputs, out, reduced, shape_attr=None):
+    from ..parallel.spmd.rules import OpSpec
+    n, c, h, w = x_shape
+    sizes = (n, w_shape[0], c, h, w, out_hw[0], out_hw[1], w_shape[2], w_shape[3], w_shape[1])
+    fixed = {_H, _W, _OH, _OW, _KH, _KW, _CG}
+    if groups > 1:
+        fixed |= {_O, _C}
+    spec = OpSpec(sizes, inputs, (out,), reduced=frozenset(set(reduced) - fixed), fixed=frozenset(fixed))
+    if shape_attr is not None:  # the output shape attribute is the local block's
+        spec.local_attrs = lambda attrs, out_shapes: {**attrs, shape_attr: tuple(out_shapes[0])}
+    return spec
+
+
+def _weight_dims(groups):
+    return (_O, _C if groups == 1 else _CG, _KH, _KW)
+
+
+@conv2d.defshard
+def _(shapes, attrs):
+    x, w = shapes
+    out_hw = _k.output_hw(x[2:], w[2:], attrs["stride"], attrs["padding"], attrs["dilation"])
+    g = attrs["groups"]
+    return _conv_spec(x, w, out_hw, g, ((_N, _C, _H, _W), _weight_dims(g)), (_N, _O, _OH, _OW), {_C})
+
+
+@conv2d_backprop_input.defshard
+def _(shapes, attrs):
+    grad, w = shapes
+    g = attrs["groups"]
+    return _conv_spec(tuple(attrs["input_shape"]), w, grad[2:], g, ((_N, _O, _OH, _OW), _weight_dims(g)),
+                      (_N, _C, _H, _W), {_O}, "input_shape")
+
+
+@conv2d_backprop_filter.defshard
+def _(shapes, attrs):
+    x, grad = shapes
+    g = attrs["groups"]
+    return _conv_spec(x, tuple(attrs["filter_shape"]), grad[2:], g, ((_N, _C, _H, _W), (_N, _O, _OH, _OW)),
+                      _weight_dims(g), {_N}, "filter_shape")
+
+
+def _pool_spec(x_shape, attrs, inputs, out, shape_attr=None):
+    """Pooling: batch and channels split freely, windows stay whole."""
+    from ..parallel.spmd.rules import OpSpec
+    out_hw = _k.output_hw(x_shape[2:], attrs["kernel"], attrs["stride"], attrs["padding"])
+    spec = OpSpec(tuple(x_shape) + out_hw, inputs, (out,), fixed=frozenset({2, 3, 4, 5}))
+    if shape_attr is not None:
+        spec.local_attrs = lambda attrs, out_shapes: {**attrs, shape_attr: tuple(out_shapes[0])}
+    return spec
+
+
+_POOL_IN, _POOL_OUT = (0, 1, 2, 3), (0, 1, 4, 5)
+max_pool2d.defshard(lambda shapes, attrs: _pool_spec(shapes[0], attrs, (_POOL_IN,), _POOL_OUT))
+avg_pool2d.defshard(lambda shapes, attrs: _pool_spec(shapes[0], attrs, (_POOL_IN,), _POOL_OUT))
+max_pool2d_grad.defshard(lambda shapes, attrs: _pool_spec(shapes[0], attrs, (_POOL_IN, _POOL_OUT), _POOL_IN))
+max_pool2d_select.defshard(lambda shapes, attrs: _pool_spec(shapes[0], attrs, (_POOL_IN, _POOL_IN), _POOL_OUT))
+avg_pool2d_grad.defshard(lambda shapes, attrs: _pool_spec(tuple(attrs["input_shape"]), attrs, (_POOL_OUT,), _POOL_IN,
+                                                          "input_shape"))

@@ -46,6 +46,18 @@ def test_model_train_under_semi_auto_matches_one_process(tmp_path, single, n, ne
             np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-5, err_msg=f"rank {r}: {key}")
 
 
+def test_convolution_and_pooling_follow_the_batch_split(tmp_path, single):
+    """No strategy: the conv2d and max_pool2d rules run the forward split by the batch the data is
+    read by (no gather of the images), and the trained weights equal one process's."""
+    want = single("conv", "semi")
+    run_mpi("semi_model.py", 2, tmp_path, STEPS, "conv", "semi", timeout=60)
+    for r, got in enumerate(load_ranks(tmp_path, 2)):
+        assert bool(got["wrapped"]), f"rank {r}: Model did not plan the network"
+        for key in want:
+            if key not in ("wrapped", "gathered"):
+                np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-5, err_msg=f"rank {r}: {key}")
+
+
 @pytest.fixture
 def fake_world(monkeypatch):
     """Pretend to be rank 0 of 4 for the arithmetic of the planner (no collective is made)."""

@@ -3,6 +3,8 @@ set the context, put `.shard()` on ops inside the Cells, call `Model(...).train`
 shards itself over the ranks). argv: out steps net mode
   net:  mlp  (MatMul strategies: batch split, column split, row split; Model(net, loss, opt))
         attn (the attention network of _attention.py, returning its loss; Model(net, optimizer=opt))
+        conv (Conv2d 3x3 + ReLU + MaxPool2d + Dense on 4x4 images, no strategy: the convolution and
+              pooling rules follow the batch split of the data)
   mode: semi (strategies), full (semi with full_batch=True: every rank reads the whole batch),
         zero (semi with enable_parallel_optimizer, gradients_mean=False), auto (auto_parallel, dynamic_programming,
         no strategy at all)
@@ -79,6 +81,16 @@ def main():
         data = {"x": xs.reshape(-1, 16), "y": ys.reshape(-1)}
         loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
         model = ms.Model(net, loss_fn, nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9))
+    elif net_kind == "conv":
+        net = nn.SequentialCell([nn.Conv2d(1, 4, 3, pad_mode="pad", padding=1, has_bias=True), nn.ReLU(),
+                                 nn.MaxPool2d(2, 2), nn.Flatten(), nn.Dense(16, 4)])
+        rng = np.random.default_rng(0)
+        for p in net.trainable_params():  # the same start on every rank and in the one process
+            p.set_data((rng.standard_normal(p.shape) * 0.5).astype(np.float32))
+        xs, ys = batches(steps, GLOBAL_BATCH)
+        data = {"x": xs.reshape(-1, 1, 4, 4), "y": ys.reshape(-1)}
+        model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                         nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9))
     else:
         net = Attention(attention_strategies("hybrid" if n >= 4 else "mp", n) if sharded else {})
         tokens = np.random.default_rng(5).integers(0, V, (steps * B, T + 1))

@@ -1,0 +1,83 @@
+"""PyTorch eager peer of benchmarks/resnet_tiny.py: ResNet-8 (16-32-64 channels, basic blocks with
+BatchNorm) on the shipped MNIST images, the same recipe (first 8000 train / last 2000 test, batch 64,
+Adam lr 2e-3, standardised pixels), one JSON line.
+
+    python resnet_tiny_torch.py --data ../../data/images/mnist/mnist_test10k.npz --epochs 2
+"""
+import argparse
+import json
+import platform
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def conv_bn(cin, cout, kernel, stride):
+    return [nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2, bias=False), nn.BatchNorm2d(cout)]
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.body = nn.Sequential(*conv_bn(cin, cout, 3, stride), nn.ReLU(), *conv_bn(cout, cout, 3, 1))
+        self.shortcut = nn.Sequential(*conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout else None
+        self.relu = nn.ReLU()
+
+    def forward(self, x):
+        identity = x if self.shortcut is None else self.shortcut(x)
+        return self.relu(self.body(x) + identity)
+
+
+def resnet8(num_classes=10):
+    return nn.Sequential(*conv_bn(1, 16, 3, 1), nn.ReLU(), BasicBlock(16, 16, 1), BasicBlock(16, 32, 2),
+                         BasicBlock(32, 64, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    archive = np.load(args.data)
+    x = ((archive["x"].astype(np.float32) / 255.0) - 0.1307) / 0.3081
+    x, y = torch.tensor(x[:, None]), torch.tensor(archive["y"].astype(np.int64))
+    train_x, train_y, test_x, test_y = x[:8000], y[:8000], x[-2000:], y[-2000:]
+    net = resnet8()
+    optimizer = torch.optim.Adam(net.parameters(), lr=2e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    rng = np.random.default_rng(args.seed)
+    net.train()
+    for k in range(5):  # warm-up steps, as the suite's
+        idx = torch.tensor(rng.permutation(8000)[:args.batch])
+        optimizer.zero_grad()
+        loss_fn(net(train_x[idx]), train_y[idx]).backward()
+        optimizer.step()
+    images, seconds = 0, 0.0
+    for _ in range(args.epochs):
+        order = torch.tensor(rng.permutation(8000))
+        start = time.perf_counter()
+        for k in range(0, 8000 - args.batch + 1, args.batch):
+            idx = order[k:k + args.batch]
+            optimizer.zero_grad()
+            loss_fn(net(train_x[idx]), train_y[idx]).backward()
+            optimizer.step()
+            images += args.batch
+        seconds += time.perf_counter() - start
+    net.eval()
+    with torch.no_grad():
+        accuracy = float((net(test_x).argmax(1) == test_y).float().mean())
+    print(json.dumps({"workload": "resnet", "name": "resnet-tiny", "peer": "pytorch-eager", "mode": "eager",
+                      "speed_metric": "train_images_per_s", "speed": round(images / seconds, 2),
+                      "quality_metric": f"test_acc_after_{args.epochs}_epochs", "quality": round(accuracy, 4),
+                      "torch": torch.__version__, "python": platform.python_version(), "threads": args.threads}))
+
+
+if __name__ == "__main__":
+    main()
