@@ -13,6 +13,8 @@ with `avg_pool2d_grad` as its adjoint.
 Geometry attributes: `stride` and `dilation` are (h, w) pairs, `padding` is (top, bottom, left,
 right) in elements, `groups` splits channels (groups == channels is a depthwise convolution).
 """
+from functools import partial
+
 import numpy as np
 
 from ..errors import ShapeError
@@ -180,6 +182,38 @@ def avg_pool2d_grad(g, input_shape, kernel, stride, padding=(0, 0, 0, 0), count_
 def _(ctx, gg):
     a = ctx.attrs
     return (avg_pool2d(gg, a["kernel"], a["stride"], a["padding"], a["count_include_pad"]),)
+
+
+# ---- graph mode: the passes write straight into the planned buffers -------------------------------
+
+def _into_planned(kernel_fn, attr_names):
+    """A lowering calling `kernel_fn(*inputs, *attrs, out=out)` when every input and the output are
+    C-contiguous arrays of one float32/float64 dtype (no cast needed); else None (the impl path)."""
+    def build(node, ins, out):
+        arrays = [x for x in ins if isinstance(x, np.ndarray)]
+        if (len(arrays) != len(ins) or out.dtype not in (np.float32, np.float64) or not out.flags.c_contiguous
+                or any(x.dtype != out.dtype or not x.flags.c_contiguous for x in arrays)):
+            return None
+        return partial(kernel_fn, *ins, *[_attr(node, name) for name in attr_names], out=out)
+    return build
+
+
+def _attr(node, name):
+    value = node.attrs[name]
+    return tuple(value) if isinstance(value, list) else value
+
+
+conv2d.deflowering(_into_planned(_k.conv2d_forward, ("stride", "padding", "dilation", "groups")))
+conv2d_backprop_input.deflowering(_into_planned(
+    _k.conv2d_backward_input, ("input_shape", "stride", "padding", "dilation", "groups")))
+conv2d_backprop_filter.deflowering(_into_planned(
+    _k.conv2d_backward_filter, ("filter_shape", "stride", "padding", "dilation", "groups")))
+max_pool2d.deflowering(_into_planned(_k.max_pool2d_forward, ("kernel", "stride", "padding")))
+max_pool2d_grad.deflowering(_into_planned(_k.max_pool2d_backward, ("kernel", "stride", "padding")))
+max_pool2d_select.deflowering(_into_planned(_k.max_pool2d_select, ("kernel", "stride", "padding")))
+avg_pool2d.deflowering(_into_planned(_k.avg_pool2d_forward, ("kernel", "stride", "padding", "count_include_pad")))
+avg_pool2d_grad.deflowering(_into_planned(
+    _k.avg_pool2d_backward, ("input_shape", "kernel", "stride", "padding", "count_include_pad")))
 
 
 # ---- normalisation state --------------------------------------------------------------------------

@@ -31,6 +31,20 @@ CASES = {
                         {"shape": (5, 6), "axis": 0}),
     "concat": ([A, A[:2] * 2], {"axis": 0}),
 }
+X4 = RNG.standard_normal((2, 4, 6, 5)).astype(np.float32)
+W4 = RNG.standard_normal((6, 2, 3, 2)).astype(np.float32)
+CONV = {"stride": (2, 1), "padding": (1, 0, 2, 1), "dilation": (1, 2), "groups": 2}
+G4 = RNG.standard_normal(primitive.get("conv2d").impl(X4, W4, **CONV).shape).astype(np.float32)
+POOL = {"kernel": (3, 2), "stride": (2, 1), "padding": (1, 1, 0, 1)}
+GP = RNG.standard_normal(primitive.get("max_pool2d").impl(X4, **POOL).shape).astype(np.float32)
+CASES.update({
+    "conv2d": ([X4, W4], CONV),
+    "conv2d_backprop_input": ([G4, W4], {"input_shape": X4.shape, **CONV}),
+    "conv2d_backprop_filter": ([X4, G4], {"filter_shape": W4.shape, **CONV}),
+    "max_pool2d": ([X4], POOL), "max_pool2d_grad": ([X4, GP], POOL), "max_pool2d_select": ([X4, 2 * X4], POOL),
+    "avg_pool2d": ([X4], {**POOL, "count_include_pad": False}),
+    "avg_pool2d_grad": ([GP], {"input_shape": X4.shape, **POOL, "count_include_pad": True}),
+})
 for _name in ("sum", "mean", "max", "min", "prod"):
     for _axis, _keep in ((None, False), (0, True), (-1, False), ((0, 1), False)):
         CASES[f"{_name}:{_axis}:{_keep}"] = ([A], {"axis": _axis, "keepdims": _keep})
