@@ -131,19 +131,6 @@ def test_loss_scale_cell_rejects_other_scale_senses():
         nn.TrainOneStepWithLossScaleCell(plain.network, plain.optimizer, 128.0)
 
 
-@pytest.mark.parametrize("context,degree", [
-    (dict(parallel_mode="stand_alone"), 1),
-    (dict(parallel_mode="data_parallel", device_num=4), 4),
-    (dict(parallel_mode="hybrid_parallel", device_num=2), 2),
-    (dict(parallel_mode="semi_auto_parallel", device_num=8, model_parallel=2, pipeline_stages=2), 2),
-    (dict(parallel_mode="auto_parallel", device_num=4, model_parallel=4, pipeline_stages=1), 1),
-])
-def test_data_parallel_degree_decides_the_grad_reducer(context, degree):
-    from mstrain.parallel import auto_wrap
-    values = {"model_parallel": 1, "pipeline_stages": 1, "device_num": 1, **context}
-    assert auto_wrap._data_parallel_degree(values.__getitem__) == degree
-
-
 def test_stand_alone_grad_reducer_is_identity():
     _, train = _train_cell(nn.SGD, learning_rate=0.1)
     grads = (Tensor(np.ones(2, np.float32)),)
