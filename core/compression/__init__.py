@@ -1,0 +1,10 @@
+"""Model compression in MindSpore Golden Stick's shape: one algorithm interface (`CompAlgo`:
+`apply(net)` rewrites a network for training, `callbacks()` gives the training-time callbacks,
+`convert(net)` gives the deployable network) on a public network-rewriting API (`find_cells`,
+`replace_cell`, `insert_before`, `insert_after`, `fold_conv_bn`).
+"""
+from .rewrite import (InsertedCells, conv_bn_pairs, find_cells, fold_conv_bn, folded_conv, get_cell,
+                      insert_after, insert_before, replace_cell)
+
+__all__ = ["find_cells", "get_cell", "replace_cell", "insert_before", "insert_after", "conv_bn_pairs",
+           "fold_conv_bn", "folded_conv", "InsertedCells"]
