@@ -5,6 +5,14 @@
 """
 from .rewrite import (InsertedCells, conv_bn_pairs, find_cells, fold_conv_bn, folded_conv, get_cell,
                       insert_after, insert_before, replace_cell)
+from .base import AlgoConfig, CompAlgo
+from .fake_quant import ActivationQuantizer, fake_quant_weight
+from .int8 import Int8Conv2d, Int8Dense, load_quantized, model_bytes, save_quantized, to_int8
+from .qat import (FreezeBnCallback, QatConfig, QuantConv2d, QuantConv2dBnFold, QuantDense,
+                  SimulatedQuantizationAwareTraining)
 
 __all__ = ["find_cells", "get_cell", "replace_cell", "insert_before", "insert_after", "conv_bn_pairs",
-           "fold_conv_bn", "folded_conv", "InsertedCells"]
+           "fold_conv_bn", "folded_conv", "InsertedCells", "CompAlgo", "AlgoConfig", "ActivationQuantizer",
+           "fake_quant_weight", "Int8Conv2d", "Int8Dense", "to_int8", "save_quantized", "load_quantized",
+           "model_bytes", "QatConfig", "SimulatedQuantizationAwareTraining", "QuantConv2d", "QuantDense",
+           "QuantConv2dBnFold", "FreezeBnCallback"]
