@@ -10,9 +10,11 @@ from .fake_quant import ActivationQuantizer, fake_quant_weight
 from .int8 import Int8Conv2d, Int8Dense, load_quantized, model_bytes, save_quantized, to_int8
 from .qat import (FreezeBnCallback, QatConfig, QuantConv2d, QuantConv2dBnFold, QuantDense,
                   SimulatedQuantizationAwareTraining)
+from .slb import SlbConfig, SlbLayer, SlbQuantAwareTraining, TemperatureScheduler, slb_values
 
 __all__ = ["find_cells", "get_cell", "replace_cell", "insert_before", "insert_after", "conv_bn_pairs",
            "fold_conv_bn", "folded_conv", "InsertedCells", "CompAlgo", "AlgoConfig", "ActivationQuantizer",
            "fake_quant_weight", "Int8Conv2d", "Int8Dense", "to_int8", "save_quantized", "load_quantized",
            "model_bytes", "QatConfig", "SimulatedQuantizationAwareTraining", "QuantConv2d", "QuantDense",
-           "QuantConv2dBnFold", "FreezeBnCallback"]
+           "QuantConv2dBnFold", "FreezeBnCallback", "SlbConfig", "SlbLayer", "SlbQuantAwareTraining",
+           "TemperatureScheduler", "slb_values"]

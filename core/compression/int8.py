@@ -36,7 +36,7 @@ from ..tensor import Tensor
 from .fake_quant import quantize_activation_np, weight_quant_params
 from .rewrite import find_cells, get_cell, replace_cell
 
-__all__ = ["Int8Conv2d", "Int8Dense", "to_int8", "save_quantized", "load_quantized", "qgemm", "qgemm_reference",
+__all__ = ["pack_codes", "unpack_codes", "Int8Conv2d", "Int8Dense", "to_int8", "save_quantized", "load_quantized", "qgemm", "qgemm_reference",
            "model_bytes"]
 
 FORMAT, VERSION = "mstrain-int8", 1
@@ -60,21 +60,40 @@ def qgemm(a, a_zero, b):
     return native.qgemm(a, int(a_zero), b)
 
 
+def pack_codes(weight_q, bits, step, offset):
+    """Low-bit weights packed `bits` per value: code c = (q + offset) / step in [0, 2^bits), big-endian
+    bits, flat, padded to whole bytes (uint8)."""
+    codes = ((weight_q.astype(np.int32) + offset) // step).astype(np.uint8).ravel()
+    if codes.size and codes.max() >= 2 ** bits:
+        raise ValueError(f"pack_codes: a weight code exceeds {bits} bits")
+    return np.packbits(np.unpackbits(codes[:, None], axis=1)[:, 8 - bits:].ravel())
+
+
+def unpack_codes(packed, shape, bits, step, offset):
+    """The int8 weights `pack_codes` packed."""
+    count = int(np.prod(shape))
+    planes = np.unpackbits(packed, count=count * bits).reshape(count, bits).astype(np.int32)
+    codes = planes @ (1 << np.arange(bits - 1, -1, -1))
+    return (codes * step - offset).astype(np.int8).reshape(shape)
+
+
 class _Int8Layer(Cell):
     kind = None
 
-    def __init__(self, weight_q, weight_scale, bias, input_scale, input_zero, bits=8):
+    def __init__(self, weight_q, weight_scale, bias, input_scale, input_zero, bits=8, weight_code=None):
         super().__init__()
         self.weight_q = np.ascontiguousarray(weight_q, np.int8)
         self.weight_scale = np.asarray(weight_scale, np.float32)
         self.bias = np.zeros(len(weight_q), np.float32) if bias is None else np.asarray(bias, np.float32)
         self.input_scale, self.input_zero, self.bits = np.float32(input_scale), int(input_zero), int(bits)
+        self.weight_code = None if weight_code is None else tuple(int(v) for v in weight_code)
 
     def _rescale(self, acc):
         return acc.astype(np.float32) * (self.input_scale * self.weight_scale) + self.bias
 
     def arrays(self):
-        return {"weight": self.weight_q, "weight_scale": self.weight_scale, "bias": self.bias,
+        weight = self.weight_q if self.weight_code is None else pack_codes(self.weight_q, *self.weight_code)
+        return {"weight": weight, "weight_scale": self.weight_scale, "bias": self.bias,
                 "input_scale": np.asarray(self.input_scale, np.float32),
                 "input_zero_point": np.asarray(self.input_zero, np.int32)}
 
@@ -86,8 +105,9 @@ class Int8Dense(_Int8Layer):
     """Dense with int8 weights and int32 accumulation; (N, in) float -> (N, out) float."""
     kind = "dense"
 
-    def __init__(self, weight_q, weight_scale, bias, input_scale, input_zero, activation=None, bits=8):
-        super().__init__(weight_q, weight_scale, bias, input_scale, input_zero, bits)
+    def __init__(self, weight_q, weight_scale, bias, input_scale, input_zero, activation=None, bits=8,
+                 weight_code=None):
+        super().__init__(weight_q, weight_scale, bias, input_scale, input_zero, bits, weight_code)
         self.activation = activation
 
     def geometry(self):
@@ -105,8 +125,8 @@ class Int8Conv2d(_Int8Layer):
     kind = "conv2d"
 
     def __init__(self, weight_q, weight_scale, bias, input_scale, input_zero, stride, pad_mode, padding,
-                 dilation, bits=8):
-        super().__init__(weight_q, weight_scale, bias, input_scale, input_zero, bits)
+                 dilation, bits=8, weight_code=None):
+        super().__init__(weight_q, weight_scale, bias, input_scale, input_zero, bits, weight_code)
         self.kernel = tuple(int(k) for k in weight_q.shape[2:])
         self.stride, self.dilation = tuple(stride), tuple(dilation)
         self.pad_mode, self.padding = pad_mode, padding
@@ -137,7 +157,11 @@ class Int8Conv2d(_Int8Layer):
         return Tensor(np.ascontiguousarray(out.reshape(n, oh, ow, -1).transpose(0, 3, 1, 2)))
 
 
-def _int8_of(cell):
+def _symmetric_code(bits):
+    return None if bits >= 8 else (bits, 1, 2 ** (bits - 1) - 1)
+
+
+def int8_layer_of(cell):
     """The integer layer of a fake-quantized one (QuantConv2d, QuantConv2dBnFold, QuantDense)."""
     from .qat import QuantConv2d, QuantConv2dBnFold, QuantDense
     scale, zero = cell.input_quant.quant_params()
@@ -146,7 +170,8 @@ def _int8_of(cell):
         dense = cell.layer
         weight_q, weight_scale = weight_quant_params(dense.weight.asnumpy(), cell.weight_bits)
         bias = None if dense.bias is None else dense.bias.asnumpy()
-        return Int8Dense(weight_q, weight_scale, bias, scale, zero, dense.activation, bits)
+        return Int8Dense(weight_q, weight_scale, bias, scale, zero, dense.activation, bits,
+                         _symmetric_code(cell.weight_bits))
     conv = cell.layer
     if conv.group != 1:
         raise ValueError(f"convert: grouped convolutions (group={conv.group}) have no int8 kernel; "
@@ -158,22 +183,28 @@ def _int8_of(cell):
         weight, bias = conv.weight.asnumpy(), None if conv.bias is None else conv.bias.asnumpy()
     weight_q, weight_scale = weight_quant_params(weight, cell.weight_bits)
     return Int8Conv2d(weight_q, weight_scale, bias, scale, zero, conv.stride, conv.pad_mode, conv.padding,
-                      conv.dilation, bits)
+                      conv.dilation, bits, _symmetric_code(cell.weight_bits))
 
 
 def to_int8(network):
-    """A copy of `network` with every fake-quantized layer replaced by its integer layer."""
-    from .qat import _QuantLayer
+    """A copy of `network` with every quantized training layer (a Cell with an `int8_layer()`
+    method: the QAT and SLB layers) replaced by the integer layer it returns."""
     converted = copy.deepcopy(network)
-    for path, cell in find_cells(converted, _QuantLayer):
-        replace_cell(converted, path, _int8_of(cell))
+    for path, cell in find_cells(converted):
+        if callable(getattr(cell, "int8_layer", None)) and not _inside_converted(converted, path):
+            replace_cell(converted, path, cell.int8_layer())
     converted.set_train(False)
     return converted
 
 
+def _inside_converted(network, path):
+    parts = path.split(".")
+    return any(isinstance(get_cell(network, ".".join(parts[:i])), _Int8Layer) for i in range(1, len(parts)))
+
+
 def _collect(network):
     """{entry name: array} of the archive: the manifest and one blob per dtype (see the module doc)."""
-    blobs = {"int8": [], "float32": [], "int32": []}
+    blobs = {"int8": [], "uint8": [], "float32": [], "int32": []}
     sizes = {name: 0 for name in blobs}
     entries, layers = {}, {}
 
@@ -185,7 +216,8 @@ def _collect(network):
         sizes[blob] += array.size
 
     for path, cell in find_cells(network, _Int8Layer):
-        layers[path] = {"kind": cell.kind, "bits": cell.bits, "geometry": cell.geometry()}
+        layers[path] = {"kind": cell.kind, "bits": cell.bits, "geometry": cell.geometry(),
+                        "weight_code": cell.weight_code}
         for key, value in cell.arrays().items():
             put(f"{path}/{key}", value)
     float_params = []
@@ -204,7 +236,7 @@ def _reader(archive, path):
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise CheckpointError(f"{path}: format {manifest.get('format')!r} version {manifest.get('version')!r}, "
                               f"expected {FORMAT!r} version {VERSION}")
-    blobs = {name: archive[name] for name in ("int8", "float32", "int32")}
+    blobs = {name: archive[name] for name in ("int8", "uint8", "float32", "int32")}
 
     def get(name):
         blob, offset, shape = manifest["arrays"][name]
@@ -245,6 +277,8 @@ def load_quantized(network, path):
                 raise CheckpointError(f"{path}: {layer_path!r} is an int8 layer in the file but a "
                                       f"{type(cell).__name__} in the network")
             weight = get(f"{layer_path}/weight")
+            if cell.weight_code is not None:
+                weight = unpack_codes(weight, cell.weight_q.shape, *cell.weight_code)
             if weight.shape != cell.weight_q.shape:
                 raise CheckpointError(f"{path}: {layer_path}/weight has shape {weight.shape}, the network "
                                       f"{cell.weight_q.shape}")

@@ -49,6 +49,11 @@ class _QuantLayer(Cell):
     def quantized_weight(self):
         return fake_quant_weight(self.layer.weight, self.weight_bits)
 
+    def int8_layer(self):
+        """The integer layer computing what this one computes in inference."""
+        from .int8 import int8_layer_of
+        return int8_layer_of(self)
+
 
 class QuantConv2d(_QuantLayer):
     """Conv2d on fake-quantized input and weight (wraps the original Conv2d as `layer`)."""
