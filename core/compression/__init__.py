@@ -10,6 +10,8 @@ from .fake_quant import ActivationQuantizer, fake_quant_weight
 from .int8 import Int8Conv2d, Int8Dense, load_quantized, model_bytes, save_quantized, to_int8
 from .qat import (FreezeBnCallback, QatConfig, QuantConv2d, QuantConv2dBnFold, QuantDense,
                   SimulatedQuantizationAwareTraining)
+from .scop import (KnockoffConv2dBn, KnockoffTrainNetwork, PrunerFtCompressAlgo, PrunerKfCompressAlgo, ScopConfig,
+                   count_macs, count_params, gaussian_knockoffs, pair_with_knockoffs, prunable_layers)
 from .slb import SlbConfig, SlbLayer, SlbQuantAwareTraining, TemperatureScheduler, slb_values
 
 __all__ = ["find_cells", "get_cell", "replace_cell", "insert_before", "insert_after", "conv_bn_pairs",
@@ -17,4 +19,6 @@ __all__ = ["find_cells", "get_cell", "replace_cell", "insert_before", "insert_af
            "fake_quant_weight", "Int8Conv2d", "Int8Dense", "to_int8", "save_quantized", "load_quantized",
            "model_bytes", "QatConfig", "SimulatedQuantizationAwareTraining", "QuantConv2d", "QuantDense",
            "QuantConv2dBnFold", "FreezeBnCallback", "SlbConfig", "SlbLayer", "SlbQuantAwareTraining",
-           "TemperatureScheduler", "slb_values"]
+           "TemperatureScheduler", "slb_values", "ScopConfig", "PrunerKfCompressAlgo", "PrunerFtCompressAlgo",
+           "KnockoffConv2dBn", "KnockoffTrainNetwork", "gaussian_knockoffs", "pair_with_knockoffs", "prunable_layers", "count_params",
+           "count_macs"]
