@@ -55,11 +55,11 @@ def gaussian_knockoffs(x, shrinkage=0.3, seed=0):
     live = std > 1e-6 * max(std.max(), 1e-12)
     corr = cov[np.ix_(live, live)] / np.outer(std[live], std[live])
     corr = (1.0 - shrinkage) * corr + shrinkage * np.eye(len(corr))
-    s = min(1.0, 2.0 * np.linalg.eigvalsh(corr)[0]) * 0.999
-    inv_s = np.linalg.inv(corr) * s  # C^-1 D in correlation units (D = s I)
+    eigenvalues, vectors = np.linalg.eigh(corr)  # one decomposition gives C^-1 and the noise's square root
+    s = min(1.0, 2.0 * eigenvalues[0]) * 0.999
+    inv_s = (vectors * (s / eigenvalues)) @ vectors.T  # C^-1 D in correlation units (D = s I)
+    root = vectors * np.sqrt(np.maximum(2.0 * s - s * s / eigenvalues, 0.0))  # root root^T = 2D - D C^-1 D
     rng = np.random.default_rng(seed)
-    noise_cov = 2 * s * np.eye(len(corr)) - s * inv_s
-    root = np.linalg.cholesky(noise_cov + 1e-9 * np.eye(len(corr)))
     z = (centered[:, live] / std[live]) @ (np.eye(len(corr)) - inv_s) + rng.standard_normal((len(flat), len(corr))) @ root.T
     out = np.tile(mu, (len(flat), 1))
     out[:, live] += z * std[live]

@@ -43,8 +43,8 @@ def test_slb_job_two_bit_compresses_more_than_eightfold(repo_root, monkeypatch):
 def test_scop_job_prunes_the_configured_fraction(repo_root, monkeypatch):
     monkeypatch.chdir(repo_root)
     # eager steps: three compiled ResNet-8 steps would cost more than the training itself here
-    result, _ = _run("configs/resnet8_mnist_scop.yaml", ["data.train_size=64", "train.batch_size=32",
-                                                         "data.test_size=64", "report.speed_batch=64",
+    result, _ = _run("configs/resnet8_mnist_scop.yaml", ["data.train_size=32", "train.batch_size=16",
+                                                         "data.test_size=32", "report.speed_batch=32",
                                                          "train.dataset_sink_mode=false", "compression.kf_epochs=1",
                                                          "compression.finetune_epochs=1", "compression.prune_rate=0.25",
                                                          "compression.exclude=[layer3]"])
