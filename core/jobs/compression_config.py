@@ -8,16 +8,22 @@ from typing import List, Optional
 from ..config import JobConfig, option, section
 from .mlp_mnist import MnistData
 
-__all__ = ["Report", "QatSection", "SlbSection", "ScopSection", "LenetQatConfig", "LenetSlbConfig",
+__all__ = ["SpeedReport", "Report", "QatSection", "SlbSection", "ScopSection", "LenetQatConfig", "LenetSlbConfig",
            "Resnet8ScopConfig"]
 
 
 @dataclass
-class Report:
+class SpeedReport:
     """How the float and compressed networks are measured after training."""
     speed_batch: int = option(500, "images per inference call when measuring images/s", low=1)
     speed_repeats: int = option(3, "timed passes over the test images per network (the median is reported)", low=1)
-    save_path: Optional[str] = option(None, "write the compressed network's file here (null: do not write)")
+
+
+@dataclass
+class Report(SpeedReport):
+    """How the networks are measured, and where the quantized network's file goes."""
+    save_path: Optional[str] = option(None, "write the quantized network's file here (null: do not write; "
+                                      "format: mstrain.compression.int8)")
 
 
 @dataclass
@@ -68,24 +74,24 @@ class ScopSection:
 
 
 @dataclass
-class _MnistConfig(JobConfig):
+class LenetQatConfig(JobConfig):
+    """Config of the lenet_mnist_qat job."""
     data: MnistData = section(MnistData)
     report: Report = section(Report)
-
-
-@dataclass
-class LenetQatConfig(_MnistConfig):
-    """Config of the lenet_mnist_qat job."""
     compression: QatSection = section(QatSection)
 
 
 @dataclass
-class LenetSlbConfig(_MnistConfig):
+class LenetSlbConfig(JobConfig):
     """Config of the lenet_mnist_slb job."""
+    data: MnistData = section(MnistData)
+    report: Report = section(Report)
     compression: SlbSection = section(SlbSection)
 
 
 @dataclass
-class Resnet8ScopConfig(_MnistConfig):
+class Resnet8ScopConfig(JobConfig):
     """Config of the resnet8_mnist_scop job."""
+    data: MnistData = section(MnistData)
+    report: SpeedReport = section(SpeedReport)
     compression: ScopSection = section(ScopSection)
