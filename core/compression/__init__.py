@@ -20,5 +20,6 @@ __all__ = ["find_cells", "get_cell", "replace_cell", "insert_before", "insert_af
            "model_bytes", "QatConfig", "SimulatedQuantizationAwareTraining", "QuantConv2d", "QuantDense",
            "QuantConv2dBnFold", "FreezeBnCallback", "SlbConfig", "SlbLayer", "SlbQuantAwareTraining",
            "TemperatureScheduler", "slb_values", "ScopConfig", "PrunerKfCompressAlgo", "PrunerFtCompressAlgo",
-           "KnockoffConv2dBn", "KnockoffTrainNetwork", "gaussian_knockoffs", "pair_with_knockoffs", "prunable_layers", "count_params",
+           "KnockoffConv2dBn", "KnockoffTrainNetwork", "gaussian_knockoffs", "pair_with_knockoffs", "prunable_layers",
+           "count_params",
            "count_macs"]

@@ -36,7 +36,8 @@ from ..tensor import Tensor
 from .fake_quant import quantize_activation_np, weight_quant_params
 from .rewrite import find_cells, get_cell, replace_cell
 
-__all__ = ["pack_codes", "unpack_codes", "Int8Conv2d", "Int8Dense", "to_int8", "save_quantized", "load_quantized", "qgemm", "qgemm_reference",
+__all__ = ["pack_codes", "unpack_codes", "Int8Conv2d", "Int8Dense", "to_int8", "save_quantized", "load_quantized",
+           "qgemm", "qgemm_reference",
            "model_bytes"]
 
 FORMAT, VERSION = "mstrain-int8", 1

@@ -14,14 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import ops
-from ..nn import Conv2d, Dense
-from ..nn import Cell
+from ..nn import Cell, Conv2d, Dense, Identity
 from ..ops import conv_functional as CF
 from ..tensor import Parameter, Tensor
 from ..train.callback import Callback
 from .base import AlgoConfig, CompAlgo
 from .fake_quant import ActivationQuantizer, fake_quant_weight
-from .rewrite import conv_bn_pairs, find_cells, replace_cell
+from .rewrite import conv_bn_pairs, find_cells, get_cell, replace_cell
 
 __all__ = ["QatConfig", "SimulatedQuantizationAwareTraining", "QuantConv2d", "QuantDense", "QuantConv2dBnFold",
            "FreezeBnCallback"]
@@ -106,7 +105,8 @@ class QuantConv2dBnFold(_QuantLayer):
         batch_var = ((y - ops.reshape(batch_mean, shape)) ** 2).mean(axis=(0, 2, 3))
         count = y.shape[0] * y.shape[2] * y.shape[3]
         frozen, m = self.frozen, bn.momentum
-        new_mean = frozen * bn.moving_mean + (1.0 - frozen) * (m * bn.moving_mean + (1.0 - m) * ops.stop_gradient(batch_mean))
+        moved_mean = m * bn.moving_mean + (1.0 - m) * ops.stop_gradient(batch_mean)
+        new_mean = frozen * bn.moving_mean + (1.0 - frozen) * moved_mean
         unbiased = ops.stop_gradient(batch_var) * (count / max(count - 1, 1))
         new_var = frozen * bn.moving_variance + (1.0 - frozen) * (m * bn.moving_variance + (1.0 - m) * unbiased)
         updates = ops.depend(ops.assign(bn.moving_mean, new_mean), ops.assign(bn.moving_variance, new_var))
@@ -167,10 +167,9 @@ class SimulatedQuantizationAwareTraining(CompAlgo):
         cfg = self.config
         select = dict(include=cfg.include, exclude=cfg.exclude)
         if cfg.bn_fold:
-            from ..nn import Identity
             for conv_path, bn_path in conv_bn_pairs(network, **select):
                 bn = replace_cell(network, bn_path, Identity())
-                replace_cell(network, conv_path, QuantConv2dBnFold(_cell_at(network, conv_path), bn, cfg))
+                replace_cell(network, conv_path, QuantConv2dBnFold(get_cell(network, conv_path), bn, cfg))
         for path, cell in find_cells(network, (Conv2d, Dense), **select):
             if _inside_quant_layer(network, path):
                 continue
@@ -195,12 +194,6 @@ class SimulatedQuantizationAwareTraining(CompAlgo):
         return converted
 
 
-def _cell_at(network, path):
-    from .rewrite import get_cell
-    return get_cell(network, path)
-
-
 def _inside_quant_layer(network, path):
     parts = path.split(".")
-    from .rewrite import get_cell
     return any(isinstance(get_cell(network, ".".join(parts[:i])), _QuantLayer) for i in range(1, len(parts)))

@@ -60,7 +60,8 @@ def gaussian_knockoffs(x, shrinkage=0.3, seed=0):
     inv_s = (vectors * (s / eigenvalues)) @ vectors.T  # C^-1 D in correlation units (D = s I)
     root = vectors * np.sqrt(np.maximum(2.0 * s - s * s / eigenvalues, 0.0))  # root root^T = 2D - D C^-1 D
     rng = np.random.default_rng(seed)
-    z = (centered[:, live] / std[live]) @ (np.eye(len(corr)) - inv_s) + rng.standard_normal((len(flat), len(corr))) @ root.T
+    noise = rng.standard_normal((len(flat), len(corr))) @ root.T
+    z = (centered[:, live] / std[live]) @ (np.eye(len(corr)) - inv_s) + noise
     out = np.tile(mu, (len(flat), 1))
     out[:, live] += z * std[live]
     return out.reshape(x.shape).astype(np.float32)

@@ -52,8 +52,9 @@ def fit(cfg, network, inputs, labels, name, epochs, lr=None, callbacks=(), train
                   amp_level=cfg.train.amp_level)
     history = build_callbacks(cfg.train, name, steps)
     if epochs:
-        model.train(epochs, train_set, callbacks=history + list(callbacks), dataset_sink_mode=cfg.train.dataset_sink_mode,
-                    sink_size=cfg.train.sink_size, resume_from=cfg.train.resume)
+        model.train(epochs, train_set, callbacks=history + list(callbacks),
+                    dataset_sink_mode=cfg.train.dataset_sink_mode, sink_size=cfg.train.sink_size,
+                    resume_from=cfg.train.resume)
     losses = history[0].history.get("loss") or [None]
     return losses[-1]
 

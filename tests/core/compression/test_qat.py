@@ -6,7 +6,7 @@ from mstrain import Model, Tensor, nn
 from mstrain import dataset as ds
 from mstrain.compression import (ActivationQuantizer, Int8Conv2d, Int8Dense, QatConfig, QuantConv2d,
                                  QuantConv2dBnFold, QuantDense, SimulatedQuantizationAwareTraining, fake_quant_weight,
-                                 find_cells, load_quantized, model_bytes, save_quantized)
+                                 find_cells, load_quantized, model_bytes)
 from mstrain.compression.int8 import qgemm, qgemm_reference
 from mstrain.errors import CheckpointError
 from mstrain.jobs.lenet_mnist import LeNet5
@@ -38,7 +38,8 @@ def _train(net, algo, x, y, sink, steps=4):
     data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(len(x) // steps)
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     model = Model(net, loss, nn.Adam(net.trainable_params(), 1e-2))
-    model.train(steps // 2 if sink else 1, data, callbacks=algo.callbacks(), dataset_sink_mode=sink, sink_size=2 if sink else -1)
+    model.train(steps // 2 if sink else 1, data, callbacks=algo.callbacks(), dataset_sink_mode=sink,
+                sink_size=2 if sink else -1)
     return model
 
 
@@ -49,7 +50,8 @@ def test_fake_quant_weight_matches_numpy_and_passes_gradient():
     expected = np.clip(np.round(w / scale), -127, 127) * scale
     np.testing.assert_allclose(fake_quant_weight(Tensor(w)).asnumpy(), expected, rtol=1e-6, atol=1e-7)
     assert not np.allclose(expected, w)
-    grad = ms.grad(lambda t: (fake_quant_weight(t, bits=4) * Tensor(np.arange(24.0, dtype=np.float32).reshape(w.shape))).sum())
+    ramp = Tensor(np.arange(24.0, dtype=np.float32).reshape(w.shape))
+    grad = ms.grad(lambda t: (fake_quant_weight(t, bits=4) * ramp).sum())
     np.testing.assert_allclose(grad(Tensor(w)).asnumpy(), np.arange(24.0).reshape(w.shape))
 
 
@@ -66,7 +68,8 @@ def test_activation_quantizer_ema_range_grid_and_clipped_gradient():
     scale, zero = quant.quant_params()
     codes = np.clip(np.round(x / scale) + zero, -128, 127)
     np.testing.assert_allclose(out, (codes - zero) * scale, rtol=1e-6, atol=1e-7)
-    assert out[2] == 0.0 and out[0] == pytest.approx(-1.1, abs=float(scale)) and out[-1] == pytest.approx(3.3, abs=float(scale))
+    assert out[2] == 0.0
+    assert out[0] == pytest.approx(-1.1, abs=float(scale)) and out[-1] == pytest.approx(3.3, abs=float(scale))
     grad = ms.grad(lambda t: quant(t).sum())(Tensor(x)).asnumpy()
     np.testing.assert_array_equal(grad, [0, 1, 1, 1, 1, 0])
 

@@ -7,7 +7,8 @@ import mstrain as ms
 from mstrain import Model, Tensor, nn
 from mstrain import dataset as ds
 from mstrain.compression import (KnockoffConv2dBn, KnockoffTrainNetwork, PrunerFtCompressAlgo, PrunerKfCompressAlgo,
-                                 ScopConfig, count_macs, count_params, find_cells, gaussian_knockoffs, pair_with_knockoffs,
+                                 ScopConfig, count_macs, count_params, find_cells, gaussian_knockoffs,
+                                 pair_with_knockoffs,
                                  prunable_layers)
 from mstrain.jobs.lenet_mnist import LeNet5
 from mstrain.jobs.resnet_mnist import ResNet8

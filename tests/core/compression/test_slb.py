@@ -5,7 +5,7 @@ import mstrain as ms
 from mstrain import Model, Tensor, nn
 from mstrain import dataset as ds
 from mstrain.compression import (Int8Dense, SlbConfig, SlbLayer, SlbQuantAwareTraining, load_quantized, model_bytes,
-                                 save_quantized, slb_values)
+                                 slb_values)
 from mstrain.compression.int8 import pack_codes, unpack_codes
 from mstrain.jobs.lenet_mnist import LeNet5
 
