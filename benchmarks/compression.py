@@ -1,7 +1,7 @@
 """Model compression: inference images/s of the compressed networks beside their float baselines,
 with test accuracy as the quality figure, from the compression jobs themselves.
 
-    python benchmarks/compression.py [--full] [--only qat,slb,scop]
+    python benchmarks/compression.py [--full] [--only qat,slb,scop] [--train-size N]
 
 Modes (one JSON line each):
   lenet-mnist-qat  `float` (LeNet-5, float32) and `int8` (SimulatedQuantizationAwareTraining ->
@@ -25,16 +25,17 @@ SHORT = {"qat": ["train.epochs=2", "compression.epochs=1"],
 CONFIGS = {"qat": "lenet_mnist_qat", "slb": "lenet_mnist_slb", "scop": "resnet8_mnist_scop"}
 
 
-def run_job(which, full):
+def run_job(which, full, train_size):
     from mstrain.config import load_job_config
     overrides = ([] if full else SHORT[which]) + ["report.save_path=null"] * (which != "scop")
+    overrides += [f"data.train_size={train_size}"] if train_size else []
     loaded = load_job_config(str(_common.REPO / "configs" / f"{CONFIGS[which]}.yaml"), overrides)
     return loaded.job.run(loaded.cfg), loaded.cfg
 
 
 def lines_for(which, result, cfg):
     name = CONFIGS[which].replace("_", "-")
-    common = dict(batch=cfg.report.speed_batch, train_epochs=cfg.train.epochs)
+    common = dict(batch=cfg.report.speed_batch, train_epochs=cfg.train.epochs, train_size=cfg.data.train_size)
     if which == "qat":
         return [_common.record("compression", name, mode, "inference_images_per_s", row["images_per_s"], "test_acc",
                                row["acc"], model_bytes=row["bytes"], **common)
@@ -55,13 +56,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="train as the shipped configs do (slow)")
     parser.add_argument("--only", default="qat,slb,scop", help="comma-separated subset of qat, slb, scop")
+    parser.add_argument("--train-size", type=int, default=0, help="training images (default: the config's 8000)")
     args = parser.parse_args()
     chosen = [w.strip() for w in args.only.split(",") if w.strip()]
     unknown = set(chosen) - set(CONFIGS)
     if unknown:
         _common.fail(f"--only: unknown {sorted(unknown)}; choose from {sorted(CONFIGS)}")
     for which in chosen:
-        result, cfg = run_job(which, args.full)
+        result, cfg = run_job(which, args.full, args.train_size)
         lines = lines_for(which, result, cfg)
         for line in lines:
             _common.emit(line)
