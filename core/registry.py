@@ -36,7 +36,9 @@ from .errors import ConfigError
 __all__ = ["register_job", "get_job", "known_jobs", "Job", "ENTRY_POINT_GROUP", "entry_points"]
 
 ENTRY_POINT_GROUP = "mstrain.jobs"
-_CORE_JOBS = {"mlp_mnist": "mstrain.jobs.mlp_mnist", "lenet_mnist": "mstrain.jobs.lenet_mnist"}
+_CORE_JOBS = {"mlp_mnist": "mstrain.jobs.mlp_mnist", "lenet_mnist": "mstrain.jobs.lenet_mnist",
+              "resnet8_mnist": "mstrain.jobs.resnet_mnist", "lenet_mnist_qat": "mstrain.jobs.compression_jobs",
+              "lenet_mnist_slb": "mstrain.jobs.compression_jobs", "resnet8_mnist_scop": "mstrain.jobs.compression_jobs"}
 _jobs = {}
 
 

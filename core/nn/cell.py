@@ -128,12 +128,14 @@ class Cell:
         _bump()
 
     def insert_child_to_cell(self, child_name, child_cell):
-        """Register a sub-Cell; with auto_prefix its Parameters are renamed `<child_name>.<path>`."""
+        """Register a sub-Cell; with auto_prefix its Parameters are renamed `<child_name>.<path>`.
+        Replacing a sub-Cell keeps its place in the registration order (traversal, parameter order)."""
         if not isinstance(child_cell, Cell):
             raise TypeError(f"insert_child_to_cell: {child_name!r} is a {type(child_cell).__name__}, not a Cell")
         if child_cell is self:
             raise ValueError(f"{type(self).__name__}: a Cell cannot be its own child ({child_name!r})")
-        self._forget(child_name)
+        if child_name not in self._cells:
+            self._forget(child_name)
         self._cells[child_name] = child_cell
         object.__setattr__(self, child_name, child_cell)
         _bump()

@@ -117,6 +117,17 @@ def test_cells_and_names_and_name_cells():
     assert list(outer.name_cells()) == ["body", "heads"]
 
 
+def test_replacing_a_child_keeps_its_place_in_the_order():
+    mlp = MLP()
+    mlp.fc1 = nn.Dense(4, 8)
+    mlp.insert_child_to_cell("act", nn.GELU())
+    assert list(mlp.name_cells()) == ["fc1", "act", "drop", "fc2"]
+    assert [p.name for p in mlp.trainable_params()] == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    del mlp.act
+    mlp.act = nn.ReLU()  # a removed child comes back at the end
+    assert list(mlp.name_cells()) == ["fc1", "drop", "fc2", "act"]
+
+
 def test_to_float_computes_in_fp16_and_keeps_fp32_master_weights():
     ms.set_seed(0)
     net = MLP()

@@ -1,0 +1,275 @@
+"""SCOP structured pruning (Tang et al., "SCOP: Scientific Control for Reliable Neural Network
+Pruning", NeurIPS 2020): `PrunerKfCompressAlgo` + `PrunerFtCompressAlgo`.
+
+Knockoff inputs X~ (`gaussian_knockoffs`: same distribution as the images, independent of the label
+given them) are the scientific control. `PrunerKfCompressAlgo.apply` turns each prunable
+Conv2d + BatchNorm2d into a `KnockoffConv2dBn`: the network runs on the batch [X; X~] and every such
+layer mixes, per output channel c, the real feature with its knockoff counterpart,
+
+    real_out_c = beta_c * f_c(X) + (1 - beta_c) * f_c(X~),   beta_c = sigmoid(s_c) (learned),
+
+while the knockoff half flows on as the knockoff features of the next layer. A channel whose real
+feature the network does not prefer over its knockoff (importance beta_c - (1 - beta_c) low) is
+removed by `PrunerFtCompressAlgo.apply`: the Conv2d and BatchNorm2d get physically fewer output
+channels (beta folded into the BatchNorm), the consumer Conv2d fewer input channels; the result
+is fine-tuned as an ordinary network. `convert` folds the BatchNorms for deployment.
+
+A Conv2d is prunable when a BatchNorm2d follows it in its parent and the next Cell with
+Parameters after that is a Conv2d taking its channels (the inner convolution of a residual block;
+block outputs are tied to their shortcuts and are kept).
+"""
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import ops
+from ..nn import BatchNorm2d, Cell, Conv2d, Dense, Identity
+from ..tensor import Parameter, Tensor
+from .base import AlgoConfig, CompAlgo
+from .rewrite import _matches, fold_conv_bn, get_cell, replace_cell
+
+__all__ = ["ScopConfig", "PrunerKfCompressAlgo", "PrunerFtCompressAlgo", "KnockoffConv2dBn", "KnockoffTrainNetwork",
+           "gaussian_knockoffs", "pair_with_knockoffs", "prunable_layers", "count_params", "count_macs"]
+
+
+@dataclass
+class ScopConfig(AlgoConfig):
+    """prune_rate: fraction of each prunable layer's channels removed, least important first
+    (0: remove those with importance below `threshold`)."""
+    prune_rate: float = 0.5
+    threshold: float = 0.0
+
+
+def gaussian_knockoffs(x, shrinkage=0.3, seed=0):
+    """Second-order (Gaussian, equicorrelated) model-X knockoffs of the rows of `x` (N, D): each row
+    X~ = mu + (X - mu)(I - S^-1 D) + Z L^T with L L^T = 2D - D S^-1 D, S the covariance shrunk by
+    `shrinkage` toward its diagonal, D = s * diag(S), s = min(1, 2 lambda_min(correlation)).
+    Constant columns stay constant."""
+    x = np.asarray(x, np.float64)
+    flat = x.reshape(len(x), -1)
+    mu = flat.mean(axis=0)
+    centered = flat - mu
+    cov = centered.T @ centered / max(len(flat) - 1, 1)
+    std = np.sqrt(np.diag(cov))
+    live = std > 1e-6 * max(std.max(), 1e-12)
+    corr = cov[np.ix_(live, live)] / np.outer(std[live], std[live])
+    corr = (1.0 - shrinkage) * corr + shrinkage * np.eye(len(corr))
+    eigenvalues, vectors = np.linalg.eigh(corr)  # one decomposition gives C^-1 and the noise's square root
+    s = min(1.0, 2.0 * eigenvalues[0]) * 0.999
+    inv_s = (vectors * (s / eigenvalues)) @ vectors.T  # C^-1 D in correlation units (D = s I)
+    root = vectors * np.sqrt(np.maximum(2.0 * s - s * s / eigenvalues, 0.0))  # root root^T = 2D - D C^-1 D
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_normal((len(flat), len(corr))) @ root.T
+    z = (centered[:, live] / std[live]) @ (np.eye(len(corr)) - inv_s) + noise
+    out = np.tile(mu, (len(flat), 1))
+    out[:, live] += z * std[live]
+    return out.reshape(x.shape).astype(np.float32)
+
+
+def prunable_layers(network, include=None, exclude=None):
+    """[(conv path, bn path, consumer conv path)] of the prunable Conv2d layers (see the module doc)."""
+    found = []
+    for parent_path, parent in network.cells_and_names():
+        children = list(parent.name_cells().items())
+        prefix = parent_path + "." if parent_path else ""
+        for i in range(len(children) - 1):
+            (name, conv), (bn_name, bn) = children[i], children[i + 1]
+            if not (isinstance(conv, Conv2d) and isinstance(bn, BatchNorm2d) and bn.num_features == conv.out_channels):
+                continue
+            consumer = next(((n, c) for n, c in children[i + 2:] if list(c.get_parameters())), None)
+            if consumer is None or not isinstance(_inner_conv(consumer[1]), Conv2d):
+                continue
+            if _inner_conv(consumer[1]).in_channels != conv.out_channels or conv.group != 1:
+                continue
+            path = prefix + name
+            if (include is None or _matches(path, include)) and not _matches(path, exclude or []):
+                found.append((path, prefix + bn_name, prefix + consumer[0]))
+    return found
+
+
+def _inner_conv(cell):
+    return cell.conv if isinstance(cell, KnockoffConv2dBn) else cell
+
+
+class KnockoffConv2dBn(Cell):
+    """Conv2d + BatchNorm2d whose real output channels compete with their knockoffs (see module doc).
+    In training the input batch is [real; knockoff] halves; in inference the output is beta * bn(conv(x))."""
+
+    def __init__(self, conv, bn, bn_path, consumer_path):
+        super().__init__()
+        self.conv, self.bn = conv, bn
+        self.bn_path, self.consumer_path = bn_path, consumer_path
+        self.kfscale = Parameter(Tensor(np.zeros(conv.out_channels, np.float32)), name="kfscale")
+
+    def beta(self):
+        return ops.reshape(ops.sigmoid(self.kfscale), (1, -1, 1, 1))
+
+    def construct(self, x):
+        y = self.bn(self.conv(x))
+        beta = self.beta()
+        if not self.training:
+            return beta * y
+        half = y.shape[0] // 2
+        real, knockoff = y[:half], y[half:]
+        return ops.concat((beta * real + (1.0 - beta) * knockoff, knockoff), 0)
+
+    def importance(self):
+        """beta - (1 - beta) per output channel (numpy)."""
+        beta = 1.0 / (1.0 + np.exp(-self.kfscale.asnumpy().astype(np.float64)))
+        return 2.0 * beta - 1.0
+
+
+def pair_with_knockoffs(x, knockoffs):
+    """(N, 2, ...) numpy array of each input and its knockoff: the input column of the knockoff phase."""
+    x, knockoffs = np.asarray(x), np.asarray(knockoffs)
+    if x.shape != knockoffs.shape:
+        raise ValueError(f"pair_with_knockoffs: inputs {x.shape} and knockoffs {knockoffs.shape} differ in shape")
+    return np.stack([x, knockoffs], axis=1)
+
+
+class KnockoffTrainNetwork(Cell):
+    """The training network of the knockoff phase: takes `pair_with_knockoffs` batches (N, 2, ...),
+    runs `network` on [x; x_knockoff] and returns the logits of the real half (for the loss)."""
+
+    def __init__(self, network):
+        super().__init__(auto_prefix=False)
+        self.network = network
+
+    def construct(self, pairs):
+        out = self.network(ops.concat((pairs[:, 0], pairs[:, 1]), 0))
+        return out[: pairs.shape[0]]
+
+
+class PrunerKfCompressAlgo(CompAlgo):
+    """SCOP, phase 1: knockoff layers in place of the prunable Conv2d + BatchNorm2d."""
+
+    config_class = ScopConfig
+
+    def _check_config(self, config):
+        if not 0.0 <= config.prune_rate < 1.0:
+            raise ValueError(f"ScopConfig.prune_rate must be in [0, 1), got {config.prune_rate!r}")
+        if not -1.0 <= config.threshold <= 1.0:
+            raise ValueError(f"ScopConfig.threshold must be in [-1, 1], got {config.threshold!r}")
+
+    def apply(self, network):
+        self._check_network(network, "PrunerKfCompressAlgo.apply")
+        layers = prunable_layers(network, self.config.include, self.config.exclude)
+        if not layers:
+            raise ValueError(f"PrunerKfCompressAlgo: {type(network).__name__} has no prunable Conv2d + BatchNorm2d "
+                             "(a Conv2d, its BatchNorm2d, then a Conv2d consuming its channels, in one Cell)")
+        for conv_path, bn_path, consumer in layers:
+            bn = replace_cell(network, bn_path, Identity())
+            replace_cell(network, conv_path, KnockoffConv2dBn(get_cell(network, conv_path), bn, bn_path, consumer))
+        return network
+
+    def convert(self, network):
+        """The pruned network (PrunerFtCompressAlgo(config).apply)."""
+        return PrunerFtCompressAlgo(self.config).apply(network)
+
+
+class PrunerFtCompressAlgo(CompAlgo):
+    """SCOP, phase 2: remove the channels the knockoff criterion rejects; the result is fine-tuned."""
+
+    config_class = ScopConfig
+    _check_config = PrunerKfCompressAlgo._check_config
+
+    def kept_channels(self, layer):
+        importance = layer.importance()
+        if self.config.prune_rate > 0:
+            keep = max(1, len(importance) - int(self.config.prune_rate * len(importance)))
+            kept = np.argsort(-importance, kind="stable")[:keep]
+        else:
+            kept = np.flatnonzero(importance >= self.config.threshold)
+            if not len(kept):
+                kept = np.array([int(np.argmax(importance))])
+        return np.sort(kept)
+
+    def apply(self, network):
+        """Prune every KnockoffConv2dBn of `network` in place; returns the network. `self.pruned` then
+        maps each layer path to (channels before, channels kept)."""
+        self._check_network(network, "PrunerFtCompressAlgo.apply")
+        self.pruned = {}
+        layers = [(p, c) for p, c in network.cells_and_names() if isinstance(c, KnockoffConv2dBn)]
+        if not layers:
+            raise ValueError("PrunerFtCompressAlgo.apply: the network has no KnockoffConv2dBn layers "
+                             "(apply PrunerKfCompressAlgo and train it first)")
+        plans = [(path, layer, self.kept_channels(layer)) for path, layer in layers]
+        for path, layer, kept in plans:  # consumers first: a consumer may itself be a knockoff layer
+            consumer = get_cell(network, layer.consumer_path)
+            target = consumer.conv if isinstance(consumer, KnockoffConv2dBn) else consumer
+            sliced = _sliced_conv(target, in_kept=kept)
+            if isinstance(consumer, KnockoffConv2dBn):
+                consumer.conv = sliced
+            else:
+                replace_cell(network, layer.consumer_path, sliced)
+        for path, layer, kept in plans:
+            beta = 1.0 / (1.0 + np.exp(-layer.kfscale.asnumpy()))
+            replace_cell(network, path, _sliced_conv(layer.conv, out_kept=kept))
+            replace_cell(network, layer.bn_path, _sliced_bn(layer.bn, kept, beta[kept]))
+            self.pruned[path] = (layer.conv.out_channels, len(kept))
+        return network
+
+    def convert(self, network):
+        """A copy of the pruned network for deployment: inference mode, BatchNorms folded."""
+        self._check_network(network, "PrunerFtCompressAlgo.convert")
+        deployed = copy.deepcopy(network)
+        fold_conv_bn(deployed)
+        return deployed.set_train(False)
+
+
+def _sliced_conv(conv, out_kept=None, in_kept=None):
+    weight = conv.weight.asnumpy()
+    bias = conv.bias.asnumpy() if conv.bias is not None else None
+    if out_kept is not None:
+        weight = weight[out_kept]
+        bias = bias[out_kept] if bias is not None else None
+    if in_kept is not None:
+        weight = weight[:, in_kept]
+    new = Conv2d(weight.shape[1], weight.shape[0], conv.kernel_size, conv.stride, conv.pad_mode, conv.padding,
+                 conv.dilation, 1, has_bias=bias is not None)
+    new.weight = Parameter(Tensor(np.ascontiguousarray(weight)), name="weight")
+    if bias is not None:
+        new.bias = Parameter(Tensor(np.ascontiguousarray(bias)), name="bias")
+    return new
+
+
+def _sliced_bn(bn, kept, beta):
+    new = BatchNorm2d(len(kept), eps=bn.eps, momentum=bn.momentum)
+    for name, scale in (("gamma", beta), ("beta", beta), ("moving_mean", None), ("moving_variance", None)):
+        values = getattr(bn, name).asnumpy()[kept]
+        getattr(new, name).set_data(Tensor((values * scale if scale is not None else values).astype(np.float32)))
+    return new
+
+
+def count_params(network):
+    """Number of scalars in the network's Parameters."""
+    return int(sum(np.prod(p.shape) for p in network.get_parameters()))
+
+
+class _MacCounter(Cell):
+    def __init__(self, layer, tally):
+        super().__init__()
+        self.layer, self.tally = layer, tally
+
+    def construct(self, x):
+        out = self.layer(x)
+        if isinstance(self.layer, Conv2d):
+            c = self.layer
+            per_output = c.in_channels // c.group * c.kernel_size[0] * c.kernel_size[1]
+        else:
+            per_output = self.layer.in_channels
+        self.tally.append(int(np.prod(out.shape[1:])) * per_output)
+        return out
+
+
+def count_macs(network, input_shape):
+    """Multiply-accumulates of the Conv2d and Dense layers for one input of `input_shape` (without
+    the batch axis), measured by running the network once in inference mode."""
+    probe = copy.deepcopy(network).set_train(False)
+    tally = []
+    from .rewrite import find_cells
+    for path, cell in find_cells(probe, (Conv2d, Dense)):
+        replace_cell(probe, path, _MacCounter(cell, tally))
+    probe(Tensor(np.zeros((1,) + tuple(input_shape), np.float32)))
+    return int(sum(tally))

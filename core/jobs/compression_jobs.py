@@ -1,0 +1,218 @@
+"""The model-compression jobs (schemas in mstrain.jobs.compression_config):
+
+    mstrain --config configs/lenet_mnist_qat.yaml     # int8 quantization-aware training of LeNet-5
+    mstrain --config configs/lenet_mnist_slb.yaml     # SLB 1/2/4-bit weights of LeNet-5
+    mstrain --config configs/resnet8_mnist_scop.yaml  # SCOP channel pruning of ResNet-8
+
+Each trains the float network first (the baseline: `train` and `optimizer` sections), compresses a
+copy of it (`compression` section), and reports both side by side: test accuracy, model bytes
+(float: float32 parameter bytes; quantized: the bytes of the file `convert` writes) and inference
+images/s measured eagerly on the test images (`report` section). Results are also returned as a
+dict (the CLI prints it as JSON).
+"""
+import copy
+import dataclasses
+import statistics
+import time
+
+import numpy as np
+
+from .. import dataset as ds
+from .. import nn
+from ..log import get_logger, is_main_process
+from ..registry import register_job
+from ..tensor import Tensor
+from .common import build_callbacks, build_optimizer, prepare_run
+from .compression_config import LenetQatConfig, LenetSlbConfig, Resnet8ScopConfig
+from .mlp_mnist import load_mnist
+
+__all__ = ["mnist_images", "fit", "train_and_evaluate", "accuracy", "images_per_second", "run_qat", "run_slb",
+           "run_scop"]
+
+
+def mnist_images(cfg):
+    """((x_train, y_train), (x_test, y_test)) with images shaped (N, 1, 28, 28)."""
+    (x_train, y_train), (x_test, y_test) = load_mnist(cfg.data.path, cfg.data.train_size, cfg.data.test_size,
+                                                      root=cfg.data.root)
+    return (x_train.reshape(-1, 1, 28, 28), y_train), (x_test.reshape(-1, 1, 28, 28), y_test)
+
+
+def fit(cfg, network, inputs, labels, name, epochs, lr=None, callbacks=(), train_network=None):
+    """Train `network` (or `train_network`, a Cell giving the logits of `inputs`) with the job's
+    train / optimizer sections, `epochs` epochs at learning rate `lr` (None: optimizer.lr).
+    Returns the last training loss."""
+    from ..train import Model
+    train_set = ds.NumpySlicesDataset({"image": inputs, "label": labels}, shuffle=cfg.data.shuffle)
+    train_set = train_set.batch(cfg.train.batch_size, drop_remainder=cfg.data.drop_remainder)
+    steps = cfg.train.sink_size if cfg.train.sink_size > 0 else train_set.get_dataset_size()
+    trained = train_network if train_network is not None else network
+    opt_cfg = cfg.optimizer if lr is None else dataclasses.replace(cfg.optimizer, lr=lr)
+    optimizer = build_optimizer(opt_cfg, trained.trainable_params(), epochs * steps)
+    model = Model(trained, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"), optimizer,
+                  amp_level=cfg.train.amp_level)
+    history = build_callbacks(cfg.train, name, steps)
+    if epochs:
+        model.train(epochs, train_set, callbacks=history + list(callbacks),
+                    dataset_sink_mode=cfg.train.dataset_sink_mode, sink_size=cfg.train.sink_size,
+                    resume_from=cfg.train.resume)
+    losses = history[0].history.get("loss") or [None]
+    return losses[-1]
+
+
+def _eager():
+    from ..context import PYNATIVE_MODE, set_context
+    set_context(mode=PYNATIVE_MODE)  # the integer layers compute in numpy: measure every network eagerly
+
+
+def accuracy(network, x, y, batch):
+    """Test accuracy of `network` (called eagerly in inference mode on batches of `batch`)."""
+    network.set_train(False)
+    correct = 0
+    for start in range(0, len(x), batch):
+        logits = network(Tensor(x[start:start + batch])).asnumpy()
+        correct += int((logits.argmax(axis=1) == y[start:start + batch]).sum())
+    return correct / len(x)
+
+
+def images_per_second(network, x, batch, repeats):
+    """Inference images/s over `x` in batches of `batch`: the median of `repeats` timed passes after one warm-up."""
+    network.set_train(False)
+
+    def one_pass():
+        for start in range(0, len(x), batch):
+            network(Tensor(x[start:start + batch]))
+
+    one_pass()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        one_pass()
+        times.append(time.perf_counter() - start)
+    return len(x) / statistics.median(times)
+
+
+def float_bytes(network):
+    """Bytes of the network's Parameters stored as float32."""
+    return int(sum(np.prod(p.shape) * 4 for p in network.get_parameters()))
+
+
+def _measure(cfg, network, x_test, y_test):
+    return {"acc": round(accuracy(network, x_test, y_test, cfg.report.speed_batch), 4),
+            "images_per_s": round(images_per_second(network, x_test, cfg.report.speed_batch,
+                                                    cfg.report.speed_repeats), 1)}
+
+
+def _log(name, rows):
+    if not is_main_process():
+        return
+    logger = get_logger(name)
+    keys = [k for k in rows[0][1]]
+    logger.info("%-14s " + " ".join(f"{k:>14}" for k in keys), "network")
+    for label, row in rows:
+        logger.info("%-14s " + " ".join(f"{row.get(k, ''):>14}" for k in keys), label)
+
+
+def train_and_evaluate(cfg, network, name):
+    """Float training job body (resnet8_mnist): train, report test accuracy, loss, epochs, seconds."""
+    (x_train, y_train), (x_test, y_test) = mnist_images(cfg)
+    prepare_run(cfg)
+    start = time.perf_counter()
+    loss = fit(cfg, network, x_train, y_train, name, cfg.train.epochs)
+    seconds = time.perf_counter() - start
+    _eager()
+    acc = accuracy(network, x_test, y_test, 500)
+    if is_main_process():
+        get_logger(name).info("test accuracy %.4f after %d epochs (%.1f s)", acc, cfg.train.epochs, seconds)
+    return {"test_acc": acc, "epochs": cfg.train.epochs, "seconds": round(seconds, 3), "train_loss": loss}
+
+
+def _baseline(cfg, network, name):
+    data = mnist_images(cfg)
+    prepare_run(cfg)
+    fit(cfg, network, data[0][0], data[0][1], name, cfg.train.epochs)
+    return data
+
+
+@register_job("lenet_mnist_qat", schema=LenetQatConfig)
+def run_qat(cfg):
+    """LeNet-5 on MNIST: float, then int8 quantization-aware training; accuracy, bytes and images/s."""
+    from ..compression import QatConfig, SimulatedQuantizationAwareTraining, model_bytes
+    from .lenet_mnist import LeNet5
+    name, c = "lenet_mnist_qat", cfg.compression
+    float_net = LeNet5()
+    (x_train, y_train), (x_test, y_test) = _baseline(cfg, float_net, name)
+    algo = SimulatedQuantizationAwareTraining(QatConfig(
+        include=c.include, exclude=c.exclude, weight_bits=c.weight_bits, act_bits=c.act_bits, ema_decay=c.ema_decay,
+        bn_fold=c.bn_fold, freeze_bn_steps=c.freeze_bn_steps))
+    qat_net = algo.apply(copy.deepcopy(float_net))
+    fit(cfg, qat_net, x_train, y_train, name, c.epochs, c.lr, algo.callbacks())
+    int8_net = algo.convert(qat_net, save_path=cfg.report.save_path)
+    _eager()
+    base = dict(_measure(cfg, float_net, x_test, y_test), bytes=float_bytes(float_net))
+    fake = {"acc": round(accuracy(qat_net, x_test, y_test, cfg.report.speed_batch), 4)}
+    quant = dict(_measure(cfg, int8_net, x_test, y_test), bytes=model_bytes(int8_net))
+    _log(name, [("float", base), ("fake-quant", fake), (f"int{c.weight_bits}", quant)])
+    return {"float": base, "fake_quant_acc": fake["acc"], "int8": quant,
+            "acc_drop": round(base["acc"] - quant["acc"], 4), "bytes_ratio": round(quant["bytes"] / base["bytes"], 4),
+            "speedup": round(quant["images_per_s"] / base["images_per_s"], 3)}
+
+
+@register_job("lenet_mnist_slb", schema=LenetSlbConfig)
+def run_slb(cfg):
+    """LeNet-5 on MNIST: float, then SLB low-bit weight search; accuracy, bytes, compression and images/s."""
+    from ..compression import SlbConfig, SlbQuantAwareTraining, model_bytes
+    from .lenet_mnist import LeNet5
+    name, c = "lenet_mnist_slb", cfg.compression
+    float_net = LeNet5()
+    (x_train, y_train), (x_test, y_test) = _baseline(cfg, float_net, name)
+    steps = -(-len(x_train) // cfg.train.batch_size) if cfg.train.sink_size <= 0 else cfg.train.sink_size
+    algo = SlbQuantAwareTraining(SlbConfig(
+        include=c.include, exclude=c.exclude, weight_bits=c.weight_bits, act_bits=c.act_bits, t_start=c.t_start,
+        t_end=c.t_end, total_steps=max(1, c.epochs * steps), ema_decay=c.ema_decay))
+    slb_net = algo.apply(copy.deepcopy(float_net))
+    fit(cfg, slb_net, x_train, y_train, name, c.epochs, c.lr, algo.callbacks())
+    low_bit = algo.convert(slb_net, save_path=cfg.report.save_path)
+    _eager()
+    base = dict(_measure(cfg, float_net, x_test, y_test), bytes=float_bytes(float_net))
+    quant = dict(_measure(cfg, low_bit, x_test, y_test), bytes=model_bytes(low_bit))
+    _log(name, [("float", base), (f"slb w{c.weight_bits}a{c.act_bits}", quant)])
+    return {"float": base, "slb": quant, "weight_bits": c.weight_bits, "act_bits": c.act_bits,
+            "acc_drop": round(base["acc"] - quant["acc"], 4),
+            "compression": round(base["bytes"] / quant["bytes"], 2)}
+
+
+@register_job("resnet8_mnist_scop", schema=Resnet8ScopConfig)
+def run_scop(cfg):
+    """ResNet-8 on MNIST: float, then SCOP knockoff pruning and fine-tuning; accuracy, size, MACs, images/s."""
+    from ..compression import (KnockoffTrainNetwork, PrunerFtCompressAlgo, PrunerKfCompressAlgo, ScopConfig,
+                               count_macs, count_params, gaussian_knockoffs, pair_with_knockoffs)
+    from .resnet_mnist import ResNet8
+    name, c = "resnet8_mnist_scop", cfg.compression
+    float_net = ResNet8()
+    (x_train, y_train), (x_test, y_test) = _baseline(cfg, float_net, name)
+    scop = ScopConfig(include=c.include, exclude=c.exclude, prune_rate=c.prune_rate, threshold=c.threshold)
+    kf_net = PrunerKfCompressAlgo(scop).apply(copy.deepcopy(float_net))
+    knockoffs = gaussian_knockoffs(x_train, shrinkage=c.knockoff_shrinkage, seed=cfg.train.seed)
+    fit(cfg, kf_net, pair_with_knockoffs(x_train, knockoffs), y_train, name, c.kf_epochs, c.kf_lr,
+        train_network=KnockoffTrainNetwork(kf_net))
+    pruner = PrunerFtCompressAlgo(scop)
+    pruned = pruner.apply(kf_net)
+    fit(cfg, pruned, x_train, y_train, name, c.finetune_epochs, c.finetune_lr)
+    _eager()
+    rows = []
+    for label, net in (("unpruned", float_net), ("pruned", pruned)):
+        deployed = pruner.convert(net)  # both with BatchNorm folded
+        rows.append((label, dict(_measure(cfg, deployed, x_test, y_test), params=count_params(net),
+                                 macs=count_macs(net, (1, 28, 28)))))
+    before = sum(b for b, _ in pruner.pruned.values())
+    removed = before - sum(k for _, k in pruner.pruned.values())
+    all_channels = sum(conv.out_channels for _, conv in float_net.cells_and_names() if isinstance(conv, nn.Conv2d))
+    _log(name, rows)
+    (_, base), (_, small) = rows
+    return {"unpruned": base, "pruned": small, "layers": {k: list(v) for k, v in pruner.pruned.items()},
+            "channels_pruned_of_prunable": round(removed / before, 4),
+            "channels_pruned_of_all_conv": round(removed / all_channels, 4),
+            "acc_drop": round(base["acc"] - small["acc"], 4),
+            "params_ratio": round(small["params"] / base["params"], 4),
+            "macs_ratio": round(small["macs"] / base["macs"], 4),
+            "speedup": round(small["images_per_s"] / base["images_per_s"], 3)}
