@@ -8,39 +8,12 @@ import sys
 import numpy as np
 
 from ._rng import current_rng
+from .image_ops import Border, Inter, as_image, pair_size, padding_tblr, resize_image  # noqa: F401  (Border, Inter: MindSpore names)
 from .transforms import TypeCast  # noqa: F401  (MindSpore users find it here too)
 
 __all__ = ["Rescale", "Normalize", "HWC2CHW", "RandomCrop", "RandomHorizontalFlip", "Resize", "TypeCast",
            "Decode", "CenterCrop", "RandomResizedCrop", "RandomRotation", "RandomColorAdjust", "Pad",
            "ToTensor", "Border", "Inter"]
-
-
-class Inter:
-    """Interpolation modes (MindSpore's `vision.Inter`)."""
-    NEAREST = "nearest"
-    BILINEAR = LINEAR = "bilinear"
-
-
-class Border:
-    """Padding modes (MindSpore's `vision.Border`)."""
-    CONSTANT = "constant"
-    EDGE = "edge"
-    REFLECT = "reflect"
-    SYMMETRIC = "symmetric"
-
-
-def _pair(size, what):
-    pair = (size, size) if isinstance(size, int) else tuple(size)
-    if len(pair) != 2 or not all(isinstance(v, int) and v > 0 for v in pair):
-        raise ValueError(f"{what}: expected a positive int or (height, width), got {size!r}")
-    return pair
-
-
-def _hw_axes(image):
-    image = np.asarray(image)
-    if image.ndim not in (2, 3):
-        raise ValueError(f"expected an HW or HWC image, got shape {list(image.shape)}")
-    return image
 
 
 class Rescale:
@@ -75,35 +48,21 @@ class HWC2CHW:
     """Channels-last to channels-first (an HW image gets a channel axis of 1)."""
 
     def __call__(self, image):
-        image = _hw_axes(image)
+        image = as_image(image)
         return image[None] if image.ndim == 2 else np.ascontiguousarray(image.transpose(2, 0, 1))
-
-
-def _padding(padding):
-    """(top, bottom, left, right) from MindSpore's int | (left/right, top/bottom) | (l, t, r, b)."""
-    if padding is None:
-        return 0, 0, 0, 0
-    if isinstance(padding, int):
-        return padding, padding, padding, padding
-    values = tuple(padding)
-    if len(values) == 2:
-        return values[1], values[1], values[0], values[0]
-    if len(values) == 4:
-        return values[1], values[3], values[0], values[2]
-    raise ValueError(f"RandomCrop: padding must be an int, 2 or 4 ints, got {padding!r}")
 
 
 class RandomCrop:
     """Pad (optional) then crop a random `size` window."""
 
     def __init__(self, size, padding=None, pad_if_needed=False, fill_value=0):
-        self.size = _pair(size, "RandomCrop size")
-        self.padding = _padding(padding)
+        self.size = pair_size(size, "RandomCrop size")
+        self.padding = padding_tblr(padding)
         self.pad_if_needed = pad_if_needed
         self.fill_value = fill_value
 
     def __call__(self, image):
-        image = _hw_axes(image)
+        image = as_image(image)
         top, bottom, left, right = self.padding
         height, width = self.size
         if self.pad_if_needed:
@@ -130,7 +89,7 @@ class RandomHorizontalFlip:
         self.prob = prob
 
     def __call__(self, image):
-        image = _hw_axes(image)
+        image = as_image(image)
         return image[:, ::-1].copy() if current_rng().random() < self.prob else image
 
 
@@ -143,7 +102,7 @@ class Resize:
     def __init__(self, size, interpolation="bilinear"):
         if interpolation not in (Inter.BILINEAR, Inter.NEAREST):
             raise ValueError(f"Resize: interpolation must be 'bilinear' or 'nearest', got {interpolation!r}")
-        self.size = size if isinstance(size, int) else _pair(size, "Resize size")
+        self.size = size if isinstance(size, int) else pair_size(size, "Resize size")
         self.interpolation = interpolation
 
     def _target(self, height, width):
@@ -154,41 +113,8 @@ class Resize:
         return max(1, round(height * self.size / width)), self.size
 
     def __call__(self, image):
-        image = _hw_axes(image)
-        return _resize(image, *self._target(*image.shape[:2]), self.interpolation)
-
-
-def _resize(image, out_h, out_w, interpolation):
-    """`image` (HW or HWC) resized to (out_h, out_w), pixel centres aligned; dtype kept."""
-    ys = (np.arange(out_h) + 0.5) * image.shape[0] / out_h - 0.5
-    xs = (np.arange(out_w) + 0.5) * image.shape[1] / out_w - 0.5
-    if interpolation == Inter.NEAREST:
-        rows = np.clip(np.floor(ys + 0.5).astype(int), 0, image.shape[0] - 1)
-        cols = np.clip(np.floor(xs + 0.5).astype(int), 0, image.shape[1] - 1)
-        return image[rows][:, cols]
-    return _restore_dtype(_bilinear(image, ys, xs), image.dtype)
-
-
-def _restore_dtype(values, dtype):
-    """Float results back to the input's dtype: rounded and clipped for integer images."""
-    if dtype.kind == "f":
-        return values.astype(dtype)
-    limits = np.iinfo(dtype)
-    return np.clip(np.rint(values), limits.min, limits.max).astype(dtype)
-
-
-def _bilinear(image, ys, xs):
-    ys = np.clip(ys, 0, image.shape[0] - 1)
-    xs = np.clip(xs, 0, image.shape[1] - 1)
-    y0, x0 = np.floor(ys).astype(int), np.floor(xs).astype(int)
-    y1, x1 = np.minimum(y0 + 1, image.shape[0] - 1), np.minimum(x0 + 1, image.shape[1] - 1)
-    wy, wx = (ys - y0)[:, None], (xs - x0)[None, :]
-    if image.ndim == 3:
-        wy, wx = wy[..., None], wx[..., None]
-    data = image.astype(np.float64)
-    top = data[y0][:, x0] * (1 - wx) + data[y0][:, x1] * wx
-    bottom = data[y1][:, x0] * (1 - wx) + data[y1][:, x1] * wx
-    return top * (1 - wy) + bottom * wy
+        image = as_image(image)
+        return resize_image(image, *self._target(*image.shape[:2]), self.interpolation)
 
 
 from .vision_extra import (CenterCrop, Decode, Pad, RandomColorAdjust, RandomResizedCrop,  # noqa: E402

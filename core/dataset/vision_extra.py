@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ._rng import current_rng
-from .vision import Border, Inter, _hw_axes, _pair, _padding, _resize, _restore_dtype
+from .image_ops import Border, Inter, as_image, pair_size, padding_tblr, resize_image, restore_dtype
 
 __all__ = ["Decode", "CenterCrop", "Pad", "ToTensor", "RandomResizedCrop", "RandomRotation",
            "RandomColorAdjust"]
@@ -50,13 +50,13 @@ class Pad:
     def __init__(self, padding, fill_value=0, padding_mode=Border.CONSTANT):
         if padding_mode not in self._NUMPY_MODES:
             raise ValueError(f"Pad: padding_mode must be one of {sorted(self._NUMPY_MODES)}, got {padding_mode!r}")
-        self.padding = _padding(padding)
+        self.padding = padding_tblr(padding)
         if min(self.padding) < 0:
             raise ValueError(f"Pad: padding must be >= 0, got {padding!r}")
         self.fill_value, self.padding_mode = fill_value, padding_mode
 
     def __call__(self, image):
-        image = _hw_axes(image)
+        image = as_image(image)
         top, bottom, left, right = self.padding
         pads = [(top, bottom), (left, right)] + [(0, 0)] * (image.ndim - 2)
         if self.padding_mode == Border.CONSTANT:
@@ -69,10 +69,10 @@ class CenterCrop:
     with zeros first, evenly on both sides."""
 
     def __init__(self, size):
-        self.size = _pair(size, "CenterCrop size")
+        self.size = pair_size(size, "CenterCrop size")
 
     def __call__(self, image):
-        image = _hw_axes(image)
+        image = as_image(image)
         height, width = self.size
         pad_h, pad_w = max(0, height - image.shape[0]), max(0, width - image.shape[1])
         if pad_h or pad_w:
@@ -89,7 +89,7 @@ class ToTensor:
         self.output_type = np.dtype(output_type)
 
     def __call__(self, image):
-        image = _hw_axes(image)
+        image = as_image(image)
         chw = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)
         return np.ascontiguousarray(chw, dtype=self.output_type) / self.output_type.type(255)
 
@@ -113,7 +113,7 @@ class RandomResizedCrop:
 
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), interpolation=Inter.BILINEAR,
                  max_attempts=10):
-        self.size = _pair(size, "RandomResizedCrop size")
+        self.size = pair_size(size, "RandomResizedCrop size")
         if not 0 < scale[0] <= scale[1] or not 0 < ratio[0] <= ratio[1]:
             raise ValueError(f"RandomResizedCrop: scale {scale!r} and ratio {ratio!r} must be increasing positive pairs")
         self.scale, self.ratio = tuple(scale), tuple(ratio)
@@ -133,9 +133,9 @@ class RandomResizedCrop:
         return (height - h) // 2, (width - w) // 2, h, w
 
     def __call__(self, image):
-        image = _hw_axes(image)
+        image = as_image(image)
         top, left, h, w = self._window(image.shape[0], image.shape[1], current_rng())
-        return _resize(image[top:top + h, left:left + w], *self.size, self.interpolation)
+        return resize_image(image[top:top + h, left:left + w], *self.size, self.interpolation)
 
 
 class RandomRotation:
@@ -154,7 +154,7 @@ class RandomRotation:
         self.resample, self.expand, self.center, self.fill_value = resample, expand, center, fill_value
 
     def __call__(self, image):
-        image = _hw_axes(image)
+        image = as_image(image)
         angle = math.radians(current_rng().uniform(*self.degrees))
         height, width = image.shape[:2]
         cx, cy = self.center if self.center is not None else ((width - 1) / 2, (height - 1) / 2)
@@ -175,7 +175,7 @@ class RandomRotation:
             cols = np.clip(np.floor(src_x + 0.5).astype(int), 0, width - 1)
             out = image[rows, cols]
         else:
-            out = _restore_dtype(_bilinear_points(image, src_y, src_x), image.dtype)
+            out = restore_dtype(_bilinear_points(image, src_y, src_x), image.dtype)
         mask = inside if out.ndim == 2 else inside[..., None]
         return np.where(mask, out, np.asarray(self.fill_value, dtype=image.dtype))
 
@@ -215,7 +215,7 @@ class RandomColorAdjust:
         self.hue = hue
 
     def __call__(self, image):
-        image = _hw_axes(image)
+        image = as_image(image)
         if image.ndim != 3 or image.shape[2] != 3:
             raise ValueError(f"RandomColorAdjust: expected an RGB HWC image, got shape {list(image.shape)}")
         rng = current_rng()
@@ -233,7 +233,7 @@ class RandomColorAdjust:
         out = settle(grey + factors[2] * (out - grey))
         if factors[3] != 0.0:
             out = settle(_shift_hue(out / limit, factors[3]) * limit)
-        return _restore_dtype(out, image.dtype)
+        return restore_dtype(out, image.dtype)
 
 
 def _shift_hue(rgb, shift):
