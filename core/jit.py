@@ -12,7 +12,8 @@ The signature of a call is the structure of its arguments: shape and dtype of ea
 ndarray), identity of each Parameter or other object, and the value of each Python scalar. A
 new signature traces and compiles again (`compile_count` counts, and the "mstrain.graph" logger
 says so). `ms.mutable(x)` turns a scalar, or the scalars inside a tuple/list, into 0-d Tensors,
-so new values reuse the compiled graph.
+so new values reuse the compiled graph; `ms.mutable(seq, dynamic_len=True)` makes a tuple of
+same-shaped Tensors one input of dynamic length (see `DynamicSequence`).
 
 The first call of a signature runs the function eagerly while tracing it (its result is the eager
 one); later calls run the compiled graph. Called inside a gradient computation or inside another
