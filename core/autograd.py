@@ -296,7 +296,8 @@ def value_and_grad(fn, grad_position=0, weights=None, has_aux=False):
     """Return `f(*args) -> (value, grads)`.
 
     grads is the gradient for `grad_position` (an int gives one tensor, a tuple gives a tuple; an
-    argument that is a tuple or list of tensors, e.g. `mutable((x, y))`, gets a tuple of gradients),
+    argument that is a tuple or list of tensors, e.g. `mutable((x, y))`, gets a tuple of gradients;
+    a dynamic-length one, `mutable(seq, dynamic_len=True)`, one Tensor: its elements' gradients stacked),
     for `weights` (a tuple, one per Parameter), or `(position_grads, weight_grads)` when both are
     asked. With `has_aux=True` fn returns `(loss, *aux)` and only loss is differentiated.
     """
@@ -313,7 +314,12 @@ def value_and_grad(fn, grad_position=0, weights=None, has_aux=False):
                 if p >= len(args):
                     raise IndexError(f"grad_position {p} but the function got {len(args)} arguments")
                 start = len(tracked)
-                if isinstance(args[p], (tuple, list)):  # a tuple argument (e.g. mutable((x, y)))
+                stacked = getattr(args[p], "stacked", None)
+                if stacked is not None:  # mutable(seq, dynamic_len=True): one gradient, stacked like it
+                    args[p] = type(args[p]).of_stacked(_track(stacked()))
+                    tracked.append(args[p].stacked())
+                    spans.append(start)
+                elif isinstance(args[p], (tuple, list)):  # a tuple argument (e.g. mutable((x, y)))
                     leaves = [_track(_as_input(a)) for a in args[p]]
                     args[p] = type(args[p])(leaves)
                     tracked.extend(leaves)

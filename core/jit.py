@@ -12,7 +12,8 @@ The signature of a call is the structure of its arguments: shape and dtype of ea
 ndarray), identity of each Parameter or other object, and the value of each Python scalar. A
 new signature traces and compiles again (`compile_count` counts, and the "mstrain.graph" logger
 says so). `ms.mutable(x)` turns a scalar, or the scalars inside a tuple/list, into 0-d Tensors,
-so new values reuse the compiled graph.
+so new values reuse the compiled graph; `ms.mutable(seq, dynamic_len=True)` makes a tuple of
+same-shaped Tensors one input of dynamic length (see `DynamicSequence`).
 
 The first call of a signature runs the function eagerly while tracing it (its result is the eager
 one); later calls run the compiled graph. Called inside a gradient computation or inside another
@@ -57,12 +58,61 @@ class _MutableList(list):
     pass
 
 
+class DynamicSequence(tuple):
+    """`mutable(seq, dynamic_len=True)`: a tuple of same-shaped, same-dtype Tensors whose length
+    may change between calls of a jit function without compiling again.
+
+    A jit function receives it as one Tensor of shape (None,) + element shape (the elements
+    stacked; one shape-symbolic graph, see graph/dynamic.py) seen through this sequence type:
+    `ops.stack(seq)` is that Tensor, `len(seq)` and `seq[i]` work; a Python loop over it is
+    unrolled per length, which the dynamic graph refuses naming the node (use the stacked Tensor).
+    """
+
+    _stacked = None  # the (L, ...) Tensor: given when traced, stacked from the items when eager
+
+    def stacked(self):
+        if self._stacked is None:
+            from .ops.array import concat, expand_dims
+            self._stacked = concat([expand_dims(t, 0) for t in tuple.__iter__(self)], 0)
+        return self._stacked
+
+    @classmethod
+    def of_stacked(cls, stacked):
+        seq = cls()
+        seq._stacked = stacked
+        return seq
+
+    def __len__(self):
+        return self._stacked.shape[0] if self._stacked is not None else tuple.__len__(self)
+
+    def __getitem__(self, index):
+        if tuple.__len__(self) == 0 and self._stacked is not None:
+            return self._stacked[index]
+        return tuple.__getitem__(self, index)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _dynamic_sequence(input_data):
+    if not isinstance(input_data, (tuple, list)) or not input_data:
+        raise ValueError(f"mutable: dynamic_len=True needs a non-empty tuple or list of Tensors, got "
+                         f"{type(input_data).__name__}{'' if input_data else ' (empty)'}")
+    items = [x if isinstance(x, Tensor) else Tensor(x) for x in input_data]
+    first = items[0]
+    for k, x in enumerate(items):
+        if tuple(x.shape) != tuple(first.shape) or np.dtype(x.dtype) != np.dtype(first.dtype):
+            raise ValueError(f"mutable: dynamic_len=True needs elements of one shape and dtype; element {k} is "
+                             f"{np.dtype(x.dtype)}{list(x.shape)}, element 0 {np.dtype(first.dtype)}{list(first.shape)}")
+    return DynamicSequence(items)
+
+
 def mutable(input_data, dynamic_len=False):
     """Mark `input_data` as a variable of the graph: scalars (alone or inside a tuple/list/dict)
-    become 0-d Tensors, so calling a jit function with new values does not recompile."""
+    become 0-d Tensors, so calling a jit function with new values does not recompile.
+    `dynamic_len=True`: a sequence of same-shaped Tensors whose length may change (`DynamicSequence`)."""
     if dynamic_len:
-        raise ValueError("mutable: dynamic_len=True (sequences whose length changes) is not supported; "
-                         "a new length compiles a new graph")
+        return _dynamic_sequence(input_data)
     if isinstance(input_data, bool) or isinstance(input_data, (int, float, np.generic)):
         return Tensor(input_data)
     if isinstance(input_data, Tensor):
@@ -186,6 +236,7 @@ class JitFunction:
         self.compile_count = 0
         self._cache = {}
         self._dynamic = None  # the shape-symbolic graph when input_signature has None dims
+        self._sequence_graphs = {}  # structure -> the shape-symbolic graph of dynamic-length sequence calls
         functools.update_wrapper(self, fn, updated=())
 
     def __get__(self, instance, owner=None):
@@ -237,6 +288,8 @@ class JitFunction:
             self._check_signature(args, kwargs)
             if _dynamic.is_dynamic_signature(self.input_signature):
                 return self._call_dynamic(args)
+        if any(isinstance(a, DynamicSequence) for a in args):
+            return self._call_dynamic_length(args, kwargs)
         key, leaves, keep = self.signature_key(*args, **kwargs)
         entry = self._cache.get(key)
         if entry is not None:
@@ -261,6 +314,40 @@ class JitFunction:
                       self.compile_count, len(graph.nodes), (time.perf_counter() - start) * 1e3)
             return out
         return self._dynamic[1].run(args)
+
+    def _call_dynamic_length(self, args, kwargs):
+        """Dynamic-length sequences stacked along a None axis 0; one shape-symbolic graph per
+        argument structure (element shapes, the other Tensors' shapes, the other arguments)."""
+        if kwargs:
+            raise TypeError(f"jit({self.name}): a call with a dynamic-length sequence takes no keyword arguments")
+        fixed, slots = [], []
+        for a in args:
+            if isinstance(a, DynamicSequence):
+                first = tuple.__getitem__(a, 0)
+                slots.append(("seq", Tensor(shape=[None] + list(first.shape), dtype=first.dtype)))
+            elif isinstance(a, Tensor) and not isinstance(a, Parameter):
+                slots.append(("tensor", Tensor(shape=list(a.shape), dtype=a.dtype)))
+            else:
+                fixed.append(a)
+                slots.append(("fixed", None))
+        key = ("dynamic_len", tuple((kind, None if sig is None else (tuple(sig.shape), np.dtype(sig.dtype).str))
+                                    for kind, sig in slots), tuple(_flatten(fixed, [], [])),
+               self.phase() if self.phase else None)
+        tensors = [a.stacked() if isinstance(a, DynamicSequence) else a for a, (kind, _) in zip(args, slots)
+                   if kind != "fixed"]
+        graph = self._sequence_graphs.get(key)
+        if graph is None:
+            graph = _dynamic.DynamicGraph(_SequenceCall(self.fn, slots, args), [sig for _, sig in slots if sig is not None],
+                                          self.name)
+            out = graph.compile(tensors)
+            self._sequence_graphs[key] = graph
+            self.compile_count += 1
+            _compiles[0] += 1
+            _log.info("jit: compiled %s for dynamic-length sequences (#%d of this function)", self.name,
+                      self.compile_count)
+            return out
+        graph.fn.args = args  # the non-Tensor arguments of this call (equal to the traced ones by the key)
+        return graph.run(tensors)
 
     def compile_without_running(self, *args, **kwargs):
         """Trace and compile for these arguments, leaving no effect of the traced call: the state
@@ -306,6 +393,26 @@ class JitFunction:
                   "kernels (%d fused), %.1f ms", self.name, self.compile_count, next(_total_compiles),
                   traced_nodes, stats["kernels"], stats["fused"], (time.perf_counter() - start) * 1e3)
         return out
+
+
+class _SequenceCall:
+    """The function as the dynamic graph calls it: Tensors in, dynamic sequences rebuilt as
+    `DynamicSequence` views of their stacked Tensors, other arguments those of the call."""
+
+    def __init__(self, fn, slots, args):
+        self.fn, self.slots, self.args = fn, slots, args
+
+    def __call__(self, *tensors):
+        it = iter(tensors)
+        rebuilt = []
+        for (kind, _), arg in zip(self.slots, self.args):
+            if kind == "seq":
+                rebuilt.append(DynamicSequence.of_stacked(next(it)))
+            elif kind == "tensor":
+                rebuilt.append(next(it))
+            else:
+                rebuilt.append(arg)
+        return self.fn(*rebuilt)
 
 
 class _BoundJit:

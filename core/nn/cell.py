@@ -79,7 +79,21 @@ class Cell:
         if self._recompute:  # activation checkpointing in eager mode (mstrain.parallel.recompute)
             from ..parallel.recompute import recompute_call
             return recompute_call(self, *args, **kwargs)
+        strategy = self.__dict__.get("_cell_strategy")
+        if strategy is not None:  # Cell.shard: lay the inputs out as asked inside a sharded forward
+            from ..parallel.spmd.cell_strategy import call_with_strategy
+            return call_with_strategy(self, strategy, args, kwargs)
         return self.construct(*args, **kwargs)
+
+    def shard(self, in_strategy, out_strategy=None, parameter_plan=None):
+        """MindSpore 2.x's cell-level strategy (with auto_parallel + sharding_propagation, or
+        semi_auto_parallel): `in_strategy[i][d]` = slices of input i's axis d, `out_strategy` the
+        same for the outputs, `parameter_plan` {parameter name: slices}; the ops inside propagate
+        these layouts (see `mstrain.parallel.spmd.cell_strategy`). Returns the cell."""
+        from ..parallel.spmd.cell_strategy import CellStrategy
+        object.__setattr__(self, "_cell_strategy", CellStrategy.build(type(self).__name__, in_strategy,
+                                                                      out_strategy, parameter_plan))
+        return self
 
     # -- registration ----------------------------------------------------------------------------
     def __setattr__(self, name, value):

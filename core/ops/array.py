@@ -89,6 +89,9 @@ cat = concat
 
 def stack(tensors, axis=0):
     """Join a sequence of same-shaped tensors along a new `axis`."""
+    stacked = getattr(tensors, "stacked", None)  # a dynamic-length sequence (ms.mutable) is already one
+    if stacked is not None and axis == 0:
+        return stacked()
     return concat([expand_dims(t, axis) for t in tensors], axis)
 
 

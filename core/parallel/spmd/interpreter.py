@@ -94,6 +94,7 @@ class SPMDInterpreter:
         self.hardware = hardware
         self.param_requests = {}   # id(param) -> (param, layout) wanted by the ops (planning)
         self._origins = {}         # id(tensor) -> (param, perm): transposes of replicated params
+        self._planned = {}         # id(param) -> (param, splits, who, its DTensor): Cell.shard parameter_plan
         self.stats = {"gathered_bytes": 0}
 
     @contextlib.contextmanager
@@ -127,9 +128,41 @@ class SPMDInterpreter:
             layout = TensorLayout.replicated(tuple(x.shape), self.ranks)
         return _dtensor(x, layout)
 
+    def constrain(self, x, splits, who):
+        """`x` redistributed to the layout cutting its axes `splits` ways (Cell.shard strategies)."""
+        from .cell_strategy import strategy_layout
+        src = self.layout_of(x)
+        dst = strategy_layout(splits, src.global_shape, self.ranks, who)
+        with self.local_mode():
+            local = redistribute(_local(x), src, dst, self.group, self.stats)
+        return _dtensor(local, dst)
+
+    def plan_parameters(self, cell, plan, who):
+        """Cell.shard's parameter_plan: the named parameters of `cell` enter its ops as the blocks of
+        their planned layouts (cut from the whole value, so their gradients are gathered whole)."""
+        params = dict(cell.parameters_and_names())
+        params.update({p.name: p for p in params.values()})
+        for name, splits in plan.items():
+            param = params.get(name[5:] if name.startswith("self.") else name)  # MindSpore writes "self.x.weight"
+            if param is None:
+                raise ParallelConfigError(f"{who}: parameter_plan names {name!r}, which is not a parameter of the "
+                                          f"cell (it has {', '.join(sorted(params)) or 'none'})")
+            if param.layout is None and id(param) not in self._planned:
+                self._planned[id(param)] = [param, splits, f"{who} parameter_plan[{name!r}]", None]
+
+    def _planned_input(self, x):
+        entry = self._planned.get(id(x)) if isinstance(x, Parameter) else None
+        if entry is None or entry[0] is not x:
+            return x
+        if entry[3] is None:
+            entry[3] = self.constrain(x, entry[1], entry[2])
+        return entry[3]
+
     # -- the tracer protocol ---------------------------------------------------------------------
     def apply(self, prim, inputs, attrs):
         strategy = dispatch.strategy
+        if self._planned:
+            inputs = [self._planned_input(x) for x in inputs]
         with self.local_mode():
             return self._apply(prim, list(inputs), attrs, strategy)
 
