@@ -141,8 +141,15 @@ def search_layout(cfg, ranks, padded_vocab):
     spec = TransformerSpec(num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_heads,
                            vocab_size=padded_vocab, seq_length=m.seq_length, batch_size=cfg.train.batch_size,
                            ffn_hidden_size=m.ffn_hidden_size)
-    best = search(spec, ranks)[0] if comm.get_rank() == 0 else None
+    best = None
+    if comm.get_rank() == 0:
+        try:
+            best = search(spec, ranks)[0]
+        except ParallelConfigError as exc:  # every rank raises it, none waits for a layout
+            best = str(exc)
     best = broadcast_object(best)
+    if isinstance(best, str):
+        raise ParallelConfigError(best, key="parallel_config")
     layout = ParallelLayout(data_parallel=best.dp, model_parallel=best.mp, pipeline_stage=best.pp,
                             micro_batch_num=best.micro_batch_num, optimizer_shard=best.optimizer_shard)
     recompute = replace(cfg.recompute_config, recompute=cfg.recompute_config.recompute or best.recompute)

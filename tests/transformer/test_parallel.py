@@ -96,6 +96,14 @@ def test_layout_that_does_not_fit_exits_2_naming_the_key(tmp_path):
         in proc.stderr
 
 
+@needs_mpi
+def test_auto_with_no_fitting_layout_exits_2_on_every_rank(tmp_path):
+    proc = run_job(tmp_path, "parallel_config=auto", "train.batch_size=3", "model.num_heads=3", "model.hidden_size=48",
+                   "model.num_layers=3", ranks=2, check=False)
+    assert proc.returncode == 2 and "parallel_config: no data x model x pipeline layout of 2 ranks" in proc.stderr
+    assert not list(Path(tmp_path).glob("*.ckpt"))
+
+
 def test_heads_not_divisible_exits_2_naming_the_key(tmp_path):
     proc = run_job(tmp_path, "model.num_heads=5", check=False)
     assert proc.returncode == 2 and "model.hidden_size: 32 is not divisible by model.num_heads (5)" in proc.stderr
