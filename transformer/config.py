@@ -8,15 +8,18 @@
 first violation (degrees whose product is not the rank count, heads / ffn / padded vocabulary not
 divisible by model_parallel, layers not divisible by pipeline_stage, batch not divisible by
 data_parallel x micro_batch_num).
+
+`parallel_config: auto` (`parallel_config=auto` on the command line) lets core's strategy search
+pick the layout for the rank count and the model: `search_layout(cfg, ranks, padded_vocab)`.
 """
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, replace
+from typing import Literal, Optional, Union
 
 from mstrain.config import OptimizerConfig, option, section
 from mstrain.errors import ParallelConfigError
 
 __all__ = ["ParallelLayout", "RecomputeConfig", "GPTModelConfig", "GPTTrain", "TextData", "GPTJobConfig",
-           "check_parallel_layout"]
+           "check_parallel_layout", "search_layout", "describe_layout"]
 
 
 @dataclass
@@ -94,7 +97,9 @@ class GPTJobConfig:
     train: GPTTrain = section(GPTTrain)
     optimizer: OptimizerConfig = section(OptimizerConfig)
     data: TextData = section(TextData)
-    parallel_config: ParallelLayout = section(ParallelLayout)
+    parallel_config: Union[Literal["auto"], ParallelLayout] = section(
+        ParallelLayout, "how the ranks split the model (data_parallel, model_parallel, pipeline_stage, micro_batch_num, "
+                        "optimizer_shard), or auto: the strategy search picks them for the ranks and the model")
     recompute_config: RecomputeConfig = section(RecomputeConfig)
 
 
@@ -122,3 +127,39 @@ def check_parallel_layout(cfg, ranks, padded_vocab):
     if cfg.train.batch_size % (dp * micro):
         raise ParallelConfigError(f"train.batch_size: {cfg.train.batch_size} is not divisible by "
                                   f"parallel_config.data_parallel ({dp}) x parallel_config.micro_batch_num ({micro})")
+
+
+def search_layout(cfg, ranks, padded_vocab):
+    """`cfg` with parallel_config=auto replaced by the layout core's strategy search predicts fastest
+    for `ranks` within the memory per rank (recompute on when the search needs it), and the search's
+    best Candidate. Rank 0's choice is everyone's, so a per-rank hardware profile cannot split them."""
+    from mstrain import communication as comm
+    from mstrain.communication.transport import broadcast_object
+    from mstrain.parallel.cost_model import TransformerSpec
+    from mstrain.parallel.search import search
+    m = cfg.model
+    spec = TransformerSpec(num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_heads,
+                           vocab_size=padded_vocab, seq_length=m.seq_length, batch_size=cfg.train.batch_size,
+                           ffn_hidden_size=m.ffn_hidden_size)
+    best = None
+    if comm.get_rank() == 0:
+        try:
+            best = search(spec, ranks)[0]
+        except ParallelConfigError as exc:  # every rank raises it, none waits for a layout
+            best = str(exc)
+    best = broadcast_object(best)
+    if isinstance(best, str):
+        raise ParallelConfigError(best, key="parallel_config")
+    layout = ParallelLayout(data_parallel=best.dp, model_parallel=best.mp, pipeline_stage=best.pp,
+                            micro_batch_num=best.micro_batch_num, optimizer_shard=best.optimizer_shard)
+    recompute = replace(cfg.recompute_config, recompute=cfg.recompute_config.recompute or best.recompute)
+    return replace(cfg, parallel_config=layout, recompute_config=recompute), best
+
+
+def describe_layout(cfg):
+    """One line: the layout's keys as a user would set them."""
+    p = cfg.parallel_config
+    return (f"parallel_config.data_parallel={p.data_parallel} parallel_config.model_parallel={p.model_parallel} "
+            f"parallel_config.pipeline_stage={p.pipeline_stage} parallel_config.micro_batch_num={p.micro_batch_num} "
+            f"parallel_config.optimizer_shard={str(p.optimizer_shard).lower()} "
+            f"recompute_config.recompute={str(cfg.recompute_config.recompute).lower()}")

@@ -12,6 +12,7 @@ predict prints the generated text. The layout is checked before any weight is al
 import json
 import math
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ from mstrain.parallel.checkpoint import merge_checkpoints, save_distributed_chec
 from mstrain.registry import register_job
 from mstrain.train.callback import Callback
 
-from .config import GPTJobConfig, check_parallel_layout
+from .config import GPTJobConfig, check_parallel_layout, describe_layout, search_layout
 from .data import load_text_splits, training_windows, validation_windows
 from .gpt import GPT, GPTConfig, GPTLoss
 from .stages import TiedPipelineTrainOneStepCell, build_pipeline
@@ -46,6 +47,18 @@ def _gpt_config(cfg, vocab_size):
                      seq_length=m.seq_length, ffn_hidden_size=m.ffn_hidden_size,
                      vocab_pad_multiple=m.vocab_pad_multiple, layernorm_epsilon=m.layernorm_epsilon,
                      init_std=m.init_std)
+
+
+def _resolve_auto(cfg, gpt_config):
+    """parallel_config=auto: the strategy search's layout for these ranks, printed in one line."""
+    if cfg.parallel_config != "auto":
+        return cfg
+    comm.init()
+    cfg, best = search_layout(cfg, comm.get_group_size(), gpt_config.padded_vocab_size)
+    if is_main_process():
+        print(f"parallel_config=auto chose: {describe_layout(cfg)} (predicted {best.step_time:.4g} s/step, "
+              f"{best.memory / 2 ** 20:.1f} MiB/rank)", flush=True)
+    return cfg
 
 
 def _setup_layout(cfg, gpt_config):
@@ -260,6 +273,7 @@ def run_gpt_char(cfg):
     """Character GPT on tinyshakespeare: train, finetune, eval or predict, on 1 to N ranks."""
     train_ids, val_ids, tokenizer = load_text_splits(cfg.data.path)
     gpt_config = _gpt_config(cfg, tokenizer.vocab_size)
+    cfg = _resolve_auto(cfg, gpt_config)
     groups = _setup_layout(cfg, gpt_config)
     ms.set_seed(cfg.train.seed)
     network = GPT(gpt_config, groups)
@@ -286,6 +300,7 @@ def run_gpt_char(cfg):
     return {"val_loss": last["val_loss"], "train_loss": last["train_loss"],
             "tokens_per_s": round(tokens_per_s, 1), "seconds": round(seconds, 2),
             "peak_rss_mib": [m[0] for m in memory], "parameter_mib": [m[1] for m in memory],
+            "parallel_config": asdict(cfg.parallel_config), "recompute": cfg.recompute_config.recompute,
             "output_dir": cfg.train.output_dir}
 
 

@@ -66,7 +66,9 @@ class T5Train:
 @dataclass
 class CopyTask:
     """The copy task."""
-    length: int = option(10, "ids per source (and target) sequence", low=1)
+    length: int = option(10, "ids per source sequence", low=1)
+    target_length: int = option(0, "the target is the source's first target_length ids (W8: 128 -> 64); "
+                                   "0 = the whole source", low=0)
     eval_sequences: int = option(256, "unseen sequences decoded greedily for the copy accuracy", low=1)
 
 
@@ -91,11 +93,18 @@ class T5CopyConfig:
     recompute_config: RecomputeConfig = section(RecomputeConfig)
 
 
-def copy_batches(rng, count, batch, length, vocab_size):
-    """(sources, decoder inputs, labels), each (count, batch, length) int32."""
+def copy_batches(rng, count, batch, length, vocab_size, target_length=None):
+    """(sources (count, batch, length), decoder inputs, labels (count, batch, target_length)) int32: the
+    label is the source's first target_length ids (all of them by default)."""
     source = rng.integers(FIRST_TOKEN, vocab_size, size=(count, batch, length)).astype(np.int32)
-    decoder_input = np.concatenate([np.zeros_like(source[..., :1]), source[..., :-1]], axis=-1)
-    return source, decoder_input, source.copy()
+    labels = source[..., :target_length or length].copy()
+    decoder_input = np.concatenate([np.zeros_like(labels[..., :1]), labels[..., :-1]], axis=-1)
+    return source, decoder_input, labels
+
+
+def target_length(cfg):
+    """Target ids per sequence: data.target_length, or the whole source."""
+    return cfg.data.target_length or cfg.data.length
 
 
 def copy_accuracy(network, source, target):
@@ -116,6 +125,9 @@ def _setup(cfg):
     if cfg.train.batch_size % p.data_parallel:
         raise ParallelConfigError(f"train.batch_size: {cfg.train.batch_size} is not divisible by "
                                   f"parallel_config.data_parallel ({p.data_parallel})")
+    if cfg.data.target_length > cfg.data.length:
+        raise ConfigError(f"{cfg.data.target_length} is above data.length ({cfg.data.length}): the target is a "
+                          f"prefix of the source", key="data.target_length")
     if cfg.train.steps % cfg.train.log_every:
         raise ConfigError(f"{cfg.train.log_every} must divide train.steps ({cfg.train.steps})", key="train.log_every")
     if ranks == 1:
@@ -141,7 +153,7 @@ class _Log(Callback):
             losses = all_reduce_array(losses, self.groups.data, "sum") / self.groups.data_parallel
         self.step_losses.extend(float(v) for v in losses)
         seconds, self._start = time.perf_counter() - self._start, time.perf_counter()
-        tokens = len(losses) * self.cfg.train.batch_size * self.cfg.data.length
+        tokens = len(losses) * self.cfg.train.batch_size * target_length(self.cfg)
         record = {"epoch": args.cur_step_num, "train_loss": float(losses.mean()),
                   "target_tokens_per_s": round(tokens / seconds, 1)}
         self.records.append(record)
@@ -155,10 +167,11 @@ def _train(cfg, network, groups):
     dp = 1 if groups is None else groups.data_parallel
     per_rank = t.batch_size // dp
     rng = np.random.default_rng(t.seed)
-    source, decoder_input, labels = copy_batches(rng, t.steps, t.batch_size, cfg.data.length, m.vocab_size)
+    source, decoder_input, labels = copy_batches(rng, t.steps, t.batch_size, cfg.data.length, m.vocab_size,
+                                                 target_length(cfg))
     rank = 0 if groups is None else groups.dp_rank
     rows = slice(rank * per_rank, (rank + 1) * per_rank)
-    flat = lambda a: a[:, rows].reshape(-1, cfg.data.length)  # noqa: E731
+    flat = lambda a: a[:, rows].reshape(-1, a.shape[-1])  # noqa: E731
     data = ds.NumpySlicesDataset({"source": flat(source), "decoder_input": flat(decoder_input),
                                   "labels": flat(labels)}, shuffle=False, num_shards=1, shard_id=0).batch(per_rank)
     if cfg.recompute_config.recompute:
@@ -183,23 +196,24 @@ def run_t5_copy(cfg):
     network = T5(T5Config(vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_layers=m.num_layers,
                           num_heads=m.num_heads, ffn_hidden_size=m.ffn_hidden_size,
                           relative_buckets=m.relative_buckets, relative_max_distance=m.relative_max_distance,
-                          max_decode_length=cfg.data.length + 1))
+                          max_decode_length=target_length(cfg) + 1))
     # unseen sequences: a generator of its own, never used for training batches
-    eval_source = copy_batches(np.random.default_rng([cfg.train.seed, 1]), 1, cfg.data.eval_sequences,
-                               cfg.data.length, m.vocab_size)[0][0]
+    eval_source, _, eval_target = (a[0] for a in copy_batches(np.random.default_rng([cfg.train.seed, 1]), 1,
+                                                             cfg.data.eval_sequences, cfg.data.length,
+                                                             m.vocab_size, target_length(cfg)))
     path = Path(cfg.train.output_dir) / "t5_copy.ckpt"
     if cfg.run_mode == "eval":
         if cfg.load_checkpoint is None:
             raise ConfigError("a checkpoint is required for run_mode=eval", key="load_checkpoint")
         ms.load_param_into_net(network, ms.load_checkpoint(cfg.load_checkpoint))
-        acc, whole = copy_accuracy(network, eval_source, eval_source)
+        acc, whole = copy_accuracy(network, eval_source, eval_target)
         if is_main_process():
             print(f"copy_acc {acc:.4f} sequences_copied {whole:.4f}")
         return {"copy_acc": acc, "sequences_copied": whole}
     start = time.perf_counter()
     log = _train(cfg, network, groups)
     seconds = time.perf_counter() - start
-    acc, whole = copy_accuracy(network, eval_source, eval_source)
+    acc, whole = copy_accuracy(network, eval_source, eval_target)
     if groups is None or groups.dp_rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         ms.save_checkpoint(network, str(path))

@@ -21,7 +21,8 @@ def single(tmp_path_factory):
     return step_losses(out)
 
 
-@pytest.mark.parametrize("option", ["recompute_config.recompute=true", "parallel_config.micro_batch_num=2"])
+@pytest.mark.parametrize("option", ["recompute_config.recompute=true", "parallel_config.micro_batch_num=2",
+                                    "parallel_config=auto"])
 def test_one_rank_options_equal_plain(single, tmp_path, option):
     run_job(tmp_path, option)
     np.testing.assert_allclose(step_losses(tmp_path), single, rtol=0, atol=1e-5)
@@ -47,6 +48,17 @@ def test_two_ranks_equal_one(single, tmp_path, layout):
     if "parallel_config.model_parallel=2" in layout:  # each rank trains about half the parameters
         one_rank = _result(run_job(tmp_path / "one", "train.steps=2"))["parameter_mib"][0]
         assert all(p < 0.6 * one_rank for p in _result(proc)["parameter_mib"])
+
+
+@needs_mpi
+def test_auto_layout_prints_its_choice_and_equals_one_rank(single, tmp_path):
+    proc = run_job(tmp_path, "parallel_config=auto", ranks=2)
+    printed = [line for line in proc.stdout.splitlines() if line.startswith("parallel_config=auto chose: ")]
+    assert len(printed) == 1  # once, by rank 0
+    layout = _result(proc)["parallel_config"]
+    assert layout["data_parallel"] * layout["model_parallel"] * layout["pipeline_stage"] == 2
+    assert all(f"parallel_config.{key}={str(value).lower()}" in printed[0] for key, value in layout.items())
+    np.testing.assert_allclose(step_losses(tmp_path), single, rtol=0, atol=1e-5)
 
 
 @needs_mpi
@@ -82,6 +94,14 @@ def test_layout_that_does_not_fit_exits_2_naming_the_key(tmp_path):
                    ranks=2, check=False)
     assert proc.returncode == 2 and "model.num_heads: 3 is not divisible by parallel_config.model_parallel (2)" \
         in proc.stderr
+
+
+@needs_mpi
+def test_auto_with_no_fitting_layout_exits_2_on_every_rank(tmp_path):
+    proc = run_job(tmp_path, "parallel_config=auto", "train.batch_size=3", "model.num_heads=3", "model.hidden_size=48",
+                   "model.num_layers=3", ranks=2, check=False)
+    assert proc.returncode == 2 and "parallel_config: no data x model x pipeline layout of 2 ranks" in proc.stderr
+    assert not list(Path(tmp_path).glob("*.ckpt"))
 
 
 def test_heads_not_divisible_exits_2_naming_the_key(tmp_path):

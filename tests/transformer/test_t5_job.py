@@ -47,3 +47,21 @@ def test_sink_mode_equals_eager(trained, tmp_path):
 def test_two_ranks_equal_one(trained, tmp_path, layout):
     run_cli("t5_copy", tmp_path, *TINY, *layout, ranks=2)
     np.testing.assert_allclose(_losses(tmp_path), _losses(trained[0]), rtol=0, atol=1e-5)
+
+
+def test_copy_batches_target_is_the_source_prefix():
+    from mstrain.transformer.t5_jobs import copy_batches
+    source, decoder_input, labels = copy_batches(np.random.default_rng(0), 2, 3, 8, 16, 5)
+    assert source.shape == (2, 3, 8) and labels.shape == decoder_input.shape == (2, 3, 5)
+    np.testing.assert_array_equal(labels, source[..., :5])
+    np.testing.assert_array_equal(decoder_input[..., 1:], labels[..., :-1])
+    assert (decoder_input[..., 0] == 0).all() and source.min() >= 2
+
+
+def test_target_prefix_trains_and_a_longer_target_exits_2(tmp_path):
+    proc = run_cli("t5_copy", tmp_path, *TINY, "data.target_length=3")
+    losses = _losses(tmp_path)
+    assert len(losses) == 20 and np.mean(losses[-5:]) < np.mean(losses[:5])
+    assert 0.0 <= _result(proc)["copy_acc"] <= 1.0
+    proc = run_cli("t5_copy", tmp_path / "bad", *TINY, "data.target_length=7", check=False)
+    assert proc.returncode == 2 and "data.target_length" in proc.stderr and "data.length (6)" in proc.stderr
