@@ -8,6 +8,7 @@
 Each algorithm's config is a dataclass; `include` / `exclude` (cell path patterns, see
 `find_cells`) choose the layers it rewrites.
 """
+import abc
 import dataclasses
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -24,7 +25,7 @@ class AlgoConfig:
     exclude: List[str] = field(default_factory=list)
 
 
-class CompAlgo:
+class CompAlgo(abc.ABC):
     """Base class: `apply(net)` rewrites the network for training, `callbacks()` lists the
     training-time callbacks, `convert(net)` returns the deployable network."""
 
@@ -44,17 +45,17 @@ class CompAlgo:
     def _check_config(self, config):
         """Raise ValueError naming the bad field; subclasses add their own checks."""
 
+    @abc.abstractmethod
     def apply(self, network):
         """Rewrite `network` in place for compression-aware training; returns it."""
-        raise NotImplementedError(f"{type(self).__name__} must implement apply")
 
     def callbacks(self):
         """Callbacks to pass to Model.train alongside the user's."""
         return []
 
+    @abc.abstractmethod
     def convert(self, network):
         """The deployable network built from a network that `apply` rewrote and that was trained."""
-        raise NotImplementedError(f"{type(self).__name__} must implement convert")
 
     @staticmethod
     def _check_network(network, where):
