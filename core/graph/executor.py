@@ -193,9 +193,6 @@ class Executable:
         outs = [arrays.get(id(o)) for o in self._outputs_of(node)]
         if node.op == "fused":
             return node.value.build(ins, outs)
-        if node.prim.name == "summary_write":  # a C copy into a ring the host drains (no Python per step)
-            from ..ops.summary_ops import plan_kernel
-            return plan_kernel(node, ins)
         host = node.prim.host_kernel
         if host is not None and all(isinstance(o, np.ndarray) for o in outs):
             kernel = host(node, ins, outs)

@@ -221,23 +221,24 @@ def _form_groups(graph, pos, raw, war):
         group.add(node)
         group.reduce |= kind == "reduce"
         group_of[id(node)] = group
-    distributed = _is_distributed(graph)
-    return [g for g in groups if _worth_a_kernel(g, distributed)]
+    stays_in_c = _has_host_kernels(graph)
+    return [g for g in groups if _worth_a_kernel(g, stays_in_c)]
 
 
-def _worth_a_kernel(group, distributed=False):
+def _worth_a_kernel(group, stays_in_c=False):
     """Every group with a reduction or an in-place write is (so the C step loop stays in C); a
-    lone elementwise op is when numpy would allocate for it, and in a distributed step (one with
-    collectives) always: there a call back into Python also holds up every other rank."""
+    lone elementwise op is when numpy would allocate for it, and in a step with host kernels
+    always: there a call back into Python holds up every other rank (collectives) or is the one
+    Python call left in the step (summary rings)."""
     calls = [m for m in group.members if m.prim.name != "assign"]
     if len(calls) > 1 or group.reduce or group.mode == "axes" or len(calls) < len(group.members):
         return True
     lone = len(calls) == 1 and calls[0].prim.kind == "elementwise"
-    return lone and (distributed or calls[0].prim.lowering is None)
+    return lone and (stays_in_c or calls[0].prim.lowering is None)
 
 
-def _is_distributed(graph):
-    """True when the graph holds a collective (a primitive with a host kernel)."""
+def _has_host_kernels(graph):
+    """True when the graph holds a collective or a summary write (a primitive with a host kernel)."""
     return any(n.op == "call" and n.prim.host_kernel is not None for n in graph.nodes)
 
 

@@ -38,8 +38,8 @@ KINDS = ("elementwise", "reduce", "view", "opaque")
 # The rules a Primitive carries besides its impl and vjp, and what each one is.
 RULES = {
     "lowering": "build(node, inputs, out) -> a callable computing the node into `out`, or None",
-    "host_kernel": "build(node, inputs, outputs) -> a kernel with an effect outside the process "
-                   "(a collective), run by the executor in place of the impl, or None",
+    "host_kernel": "build(node, inputs, outputs) -> a kernel with an effect outside the planned buffers "
+                   "(a collective, a summary ring), run by the executor in place of the impl, or None",
     "simplify": "rule(node) -> a replacement node, or None (several per op, tried in order)",
     "expander": "expand(builder, node) -> the node's value in simpler primitives, or None",
     "shard_rule": "rule(global input shapes, attrs) -> the op's OpSpec for the parallel planner",

@@ -149,6 +149,7 @@ class _PlanKernel:
         self.counter[0] = 0
 
 
-def plan_kernel(node, ins):
+@summary_write.defhostkernel
+def _plan_kernel(node, ins, outs):
     """The compiled plan's kernel for a summary_write node (see `_PlanKernel`)."""
     return _PlanKernel(node, ins)

@@ -80,7 +80,7 @@ def _graph_mode(prim):
     if prim.cpp is not None:
         return "fused C++"
     if prim.host_kernel is not None:
-        return "collective kernel"
+        return "host kernel"
     if prim.lowering is not None:
         return "out= kernel"
     return "numpy impl"
