@@ -7,16 +7,12 @@ Data and split as `mlp_mnist` (first `train_size` images train, last `test_size`
 Conv2d(6, 16, 5, valid) ReLU MaxPool(2) Flatten Dense(400, 120) ReLU Dense(120, 84) ReLU
 Dense(84, 10). Result: {"test_acc", "train_loss", "epochs", "seconds"}.
 """
-import time
 from dataclasses import dataclass
 
-from .. import dataset as ds
 from .. import nn
 from ..config import JobConfig, option, section
-from ..log import get_logger, is_main_process
 from ..registry import register_job
-from .common import build_callbacks, build_optimizer, prepare_run
-from .mlp_mnist import MnistData, load_mnist
+from .mlp_mnist import MnistData, load_mnist, train_image_classifier
 
 __all__ = ["LeNet5", "LeNetMnistConfig", "run"]
 
@@ -64,36 +60,8 @@ class LeNetMnistConfig(JobConfig):
 @register_job("lenet_mnist", schema=LeNetMnistConfig)
 def run(cfg):
     """Train LeNet-5 on MNIST and report the test accuracy."""
-    (x_train, y_train), (x_test, y_test) = load_mnist(cfg.data.path, cfg.data.train_size, cfg.data.test_size)
-    from ..train import Model
-    from ..train.metrics import Accuracy
-
-    prepare_run(cfg)
+    (x_train, y_train), (x_test, y_test) = load_mnist(cfg.data.path, cfg.data.train_size, cfg.data.test_size,
+                                                      root=cfg.data.root)
     images = lambda x: x.reshape(-1, 1, 28, 28)  # noqa: E731  (load_mnist flattens)
-    train_set = ds.NumpySlicesDataset({"image": images(x_train), "label": y_train}, shuffle=cfg.data.shuffle)
-    train_set = train_set.batch(cfg.train.batch_size, drop_remainder=cfg.data.drop_remainder)
-    test_set = ds.NumpySlicesDataset({"image": images(x_test), "label": y_test}, shuffle=False,
-                                     num_shards=1, shard_id=0).batch(500)
-
-    network = LeNet5(cfg.model.num_classes)
-    steps_per_epoch = cfg.train.sink_size if cfg.train.sink_size > 0 else train_set.get_dataset_size()
-    optimizer = build_optimizer(cfg.optimizer, network.trainable_params(), cfg.train.epochs * steps_per_epoch)
-    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    model = Model(network, loss_fn, optimizer, metrics={"accuracy": Accuracy()}, amp_level=cfg.train.amp_level)
-
-    callbacks = build_callbacks(cfg.train, "lenet_mnist", steps_per_epoch)
-    options = dict(callbacks=callbacks, dataset_sink_mode=cfg.train.dataset_sink_mode,
-                   sink_size=cfg.train.sink_size, resume_from=cfg.train.resume)
-    start = time.perf_counter()
-    if cfg.train.eval_every:
-        model.fit(cfg.train.epochs, train_set, test_set, valid_frequency=cfg.train.eval_every, **options)
-    else:
-        model.train(cfg.train.epochs, train_set, **options)
-    seconds = time.perf_counter() - start
-    accuracy = float(model.eval(test_set)["accuracy"])
-    losses = callbacks[0].history.get("loss") or [None]
-    if is_main_process():
-        get_logger("lenet_mnist").info("test accuracy %.4f after %d epochs (%.1f s)",
-                                       accuracy, cfg.train.epochs, seconds)
-    return {"test_acc": accuracy, "epochs": cfg.train.epochs, "seconds": round(seconds, 3),
-            "train_loss": losses[-1]}
+    return train_image_classifier(cfg, "lenet_mnist", lambda: LeNet5(cfg.model.num_classes),
+                                  (images(x_train), y_train), (images(x_test), y_test))

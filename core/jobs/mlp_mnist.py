@@ -93,24 +93,33 @@ def run(cfg):
     """Train an MLP on MNIST and report the test accuracy."""
     (x_train, y_train), (x_test, y_test) = load_mnist(cfg.data.path, cfg.data.train_size, cfg.data.test_size,
                                                       root=cfg.data.root)
+    return train_image_classifier(cfg, "mlp_mnist", lambda: build_network(cfg.model.hidden),
+                                  (x_train, y_train), (x_test, y_test))
+
+
+def train_image_classifier(cfg, name, make_network, train, test):
+    """Train `make_network()` (built after the run is seeded) on `train` = (images, labels) with the job's optimizer, sink and
+    evaluation settings (Model.fit when train.eval_every, else Model.train), then report the
+    accuracy on `test` (every rank evaluates the whole test set: the replicas hold the same
+    weights). Returns the job's result dict."""
     from ..train import Model  # after the data check: a missing file fails before heavy imports
     from ..train.metrics import Accuracy
 
+    (x_train, y_train), (x_test, y_test) = train, test
     prepare_run(cfg)
     train_set = ds.NumpySlicesDataset({"image": x_train, "label": y_train}, shuffle=cfg.data.shuffle)
     train_set = train_set.batch(cfg.train.batch_size, drop_remainder=cfg.data.drop_remainder)
-    # Every rank evaluates the whole test set (the replicas hold the same weights): no sharding.
     test_set = ds.NumpySlicesDataset({"image": x_test, "label": y_test}, shuffle=False,
                                      num_shards=1, shard_id=0).batch(500)
 
-    network = build_network(cfg.model.hidden)
+    network = make_network()
     steps_per_epoch = sinking.steps_per_epoch(cfg.train.sink_size, train_set.get_dataset_size(),
                                               cfg.train.dataset_sink_mode)
     optimizer = build_optimizer(cfg.optimizer, network.trainable_params(), cfg.train.epochs * steps_per_epoch)
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     model = Model(network, loss_fn, optimizer, metrics={"accuracy": Accuracy()}, amp_level=cfg.train.amp_level)
 
-    callbacks = build_callbacks(cfg.train, "mlp_mnist", steps_per_epoch)
+    callbacks = build_callbacks(cfg.train, name, steps_per_epoch)
     options = dict(callbacks=callbacks, dataset_sink_mode=cfg.train.dataset_sink_mode,
                    sink_size=cfg.train.sink_size, resume_from=cfg.train.resume)
     start = time.perf_counter()
@@ -122,7 +131,6 @@ def run(cfg):
     accuracy = float(model.eval(test_set)["accuracy"])
     losses = callbacks[0].history.get("loss") or [None]
     if is_main_process():
-        get_logger("mlp_mnist").info("test accuracy %.4f after %d epochs (%.1f s)",
-                                     accuracy, cfg.train.epochs, seconds)
+        get_logger(name).info("test accuracy %.4f after %d epochs (%.1f s)", accuracy, cfg.train.epochs, seconds)
     return {"test_acc": accuracy, "epochs": cfg.train.epochs, "seconds": round(seconds, 3),
             "train_loss": losses[-1]}
