@@ -10,16 +10,18 @@ divisible by model_parallel, layers not divisible by pipeline_stage, batch not d
 data_parallel x micro_batch_num).
 
 `parallel_config: auto` (`parallel_config=auto` on the command line) lets core's strategy search
-pick the layout for the rank count and the model: `search_layout(cfg, ranks, padded_vocab)`.
+pick the layout for the rank count and the model: `search_layout(cfg, ranks, padded_vocab)` for GPT,
+`resolve_auto_layout` for any job (the ViT and T5 jobs use it with the splits they support).
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal, Optional, Union
 
 from mstrain.config import OptimizerConfig, option, section
 from mstrain.errors import ParallelConfigError
 
 __all__ = ["ParallelLayout", "RecomputeConfig", "GPTModelConfig", "GPTTrain", "TextData", "GPTJobConfig",
-           "check_parallel_layout", "search_layout", "describe_layout"]
+           "check_parallel_layout", "search_layout", "resolve_auto_layout", "describe_layout",
+           "announce_layout"]
 
 
 @dataclass
@@ -129,37 +131,52 @@ def check_parallel_layout(cfg, ranks, padded_vocab):
                                   f"parallel_config.data_parallel ({dp}) x parallel_config.micro_batch_num ({micro})")
 
 
-def search_layout(cfg, ranks, padded_vocab):
-    """`cfg` with parallel_config=auto replaced by the layout core's strategy search predicts fastest
-    for `ranks` within the memory per rank (recompute on when the search needs it), and the search's
-    best Candidate. Rank 0's choice is everyone's, so a per-rank hardware profile cannot split them."""
+def resolve_auto_layout(cfg, spec, ranks, make_layout, max_model_parallel=None, max_pipeline_stages=None):
+    """`cfg` with parallel_config=auto replaced by the layout core's strategy search predicts fastest for
+    `spec` on `ranks` within the memory per rank (recompute on when the search needs it), and the
+    search's best Candidate. `make_layout(candidate)` builds the job's parallel_config block; the
+    max_* limits keep the search to the splits the job supports. Rank 0's choice is everyone's, so a
+    per-rank hardware profile cannot split them."""
     from mstrain import communication as comm
     from mstrain.communication.transport import broadcast_object
-    from mstrain.parallel.cost_model import TransformerSpec
     from mstrain.parallel.search import search
-    m = cfg.model
-    spec = TransformerSpec(num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_heads,
-                           vocab_size=padded_vocab, seq_length=m.seq_length, batch_size=cfg.train.batch_size,
-                           ffn_hidden_size=m.ffn_hidden_size)
     best = None
     if comm.get_rank() == 0:
         try:
-            best = search(spec, ranks)[0]
+            best = search(spec, ranks, max_model_parallel=max_model_parallel,
+                          max_pipeline_stages=max_pipeline_stages)[0]
         except ParallelConfigError as exc:  # every rank raises it, none waits for a layout
             best = str(exc)
     best = broadcast_object(best)
     if isinstance(best, str):
         raise ParallelConfigError(best, key="parallel_config")
-    layout = ParallelLayout(data_parallel=best.dp, model_parallel=best.mp, pipeline_stage=best.pp,
-                            micro_batch_num=best.micro_batch_num, optimizer_shard=best.optimizer_shard)
     recompute = replace(cfg.recompute_config, recompute=cfg.recompute_config.recompute or best.recompute)
-    return replace(cfg, parallel_config=layout, recompute_config=recompute), best
+    return replace(cfg, parallel_config=make_layout(best), recompute_config=recompute), best
+
+
+def search_layout(cfg, ranks, padded_vocab):
+    """GPT's parallel_config=auto: `resolve_auto_layout` over every data x model x pipeline split."""
+    from mstrain.parallel.cost_model import TransformerSpec
+    m = cfg.model
+    spec = TransformerSpec(num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_heads,
+                           vocab_size=padded_vocab, seq_length=m.seq_length, batch_size=cfg.train.batch_size,
+                           ffn_hidden_size=m.ffn_hidden_size)
+    return resolve_auto_layout(cfg, spec, ranks, lambda best: ParallelLayout(
+        data_parallel=best.dp, model_parallel=best.mp, pipeline_stage=best.pp,
+        micro_batch_num=best.micro_batch_num, optimizer_shard=best.optimizer_shard))
 
 
 def describe_layout(cfg):
     """One line: the layout's keys as a user would set them."""
-    p = cfg.parallel_config
-    return (f"parallel_config.data_parallel={p.data_parallel} parallel_config.model_parallel={p.model_parallel} "
-            f"parallel_config.pipeline_stage={p.pipeline_stage} parallel_config.micro_batch_num={p.micro_batch_num} "
-            f"parallel_config.optimizer_shard={str(p.optimizer_shard).lower()} "
-            f"recompute_config.recompute={str(cfg.recompute_config.recompute).lower()}")
+    values = [(f"parallel_config.{f.name}", getattr(cfg.parallel_config, f.name))
+              for f in fields(cfg.parallel_config)]
+    values.append(("recompute_config.recompute", cfg.recompute_config.recompute))
+    return " ".join(f"{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in values)
+
+
+def announce_layout(cfg, best):
+    """Print the chosen layout once (rank 0), as parallel_config=auto promises."""
+    from mstrain.log import is_main_process
+    if is_main_process():
+        print(f"parallel_config=auto chose: {describe_layout(cfg)} (predicted {best.step_time:.4g} s/step, "
+              f"{best.memory / 2 ** 20:.1f} MiB/rank)", flush=True)

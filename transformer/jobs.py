@@ -31,7 +31,7 @@ from mstrain.parallel.checkpoint import merge_checkpoints, save_distributed_chec
 from mstrain.registry import register_job
 from mstrain.train.callback import Callback
 
-from .config import GPTJobConfig, check_parallel_layout, describe_layout, search_layout
+from .config import GPTJobConfig, announce_layout, check_parallel_layout, search_layout
 from .data import load_text_splits, training_windows, validation_windows
 from .gpt import GPT, GPTConfig, GPTLoss
 from .stages import TiedPipelineTrainOneStepCell, build_pipeline
@@ -55,9 +55,7 @@ def _resolve_auto(cfg, gpt_config):
         return cfg
     comm.init()
     cfg, best = search_layout(cfg, comm.get_group_size(), gpt_config.padded_vocab_size)
-    if is_main_process():
-        print(f"parallel_config=auto chose: {describe_layout(cfg)} (predicted {best.step_time:.4g} s/step, "
-              f"{best.memory / 2 ** 20:.1f} MiB/rank)", flush=True)
+    announce_layout(cfg, best)
     return cfg
 
 

@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional, Union
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from mstrain.parallel import parallel_groups, set_auto_parallel_context
 from mstrain.registry import register_job
 from mstrain.train.callback import Callback
 
-from .config import RecomputeConfig
+from .config import RecomputeConfig, announce_layout, resolve_auto_layout
 from .t5 import T5, T5Config, T5WithLoss
 
 __all__ = ["T5CopyConfig", "run_t5_copy", "copy_batches", "copy_accuracy"]
@@ -89,7 +89,9 @@ class T5CopyConfig:
     train: T5Train = section(T5Train)
     optimizer: OptimizerConfig = section(OptimizerConfig)
     data: CopyTask = section(CopyTask)
-    parallel_config: T5ParallelLayout = section(T5ParallelLayout)
+    parallel_config: Union[Literal["auto"], T5ParallelLayout] = section(
+        T5ParallelLayout, "how the ranks split the work (data_parallel, optimizer_shard), or auto: the strategy "
+                          "search picks them for the ranks and the model")
     recompute_config: RecomputeConfig = section(RecomputeConfig)
 
 
@@ -111,6 +113,25 @@ def copy_accuracy(network, source, target):
     """(fraction of target positions, fraction of whole sequences) greedy decoding gets right."""
     out = network.generate(source, target.shape[1])[:, 1:]
     return float((out == target).mean()), float((out == target).all(-1).mean())
+
+
+def _resolve_auto(cfg):
+    """parallel_config=auto: the search's choice among the splits T5 runs (data parallel, optimizer
+    shard, recompute)."""
+    if cfg.parallel_config != "auto":
+        return cfg
+    from mstrain.parallel.cost_model import TransformerSpec
+    comm.init()
+    m = cfg.model
+    # The cost model's layers are decoder blocks: the encoder and decoder stacks count as 2 x num_layers
+    # of them over the source length (cross-attention's extra products are left out).
+    spec = TransformerSpec(num_layers=2 * m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_heads,
+                           vocab_size=m.vocab_size, seq_length=cfg.data.length, batch_size=cfg.train.batch_size,
+                           ffn_hidden_size=m.ffn_hidden_size)
+    cfg, best = resolve_auto_layout(cfg, spec, comm.get_group_size(), lambda best: T5ParallelLayout(
+        data_parallel=best.dp, optimizer_shard=best.optimizer_shard), max_model_parallel=1, max_pipeline_stages=1)
+    announce_layout(cfg, best)
+    return cfg
 
 
 def _setup(cfg):
@@ -190,6 +211,7 @@ def _train(cfg, network, groups):
 @register_job("t5_copy", schema=T5CopyConfig)
 def run_t5_copy(cfg):
     """T5 encoder-decoder on a copy task: greedy copy accuracy on unseen sequences."""
+    cfg = _resolve_auto(cfg)
     groups = _setup(cfg)
     ms.set_seed(cfg.train.seed)
     m = cfg.model

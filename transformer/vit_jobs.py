@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional, Union
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from mstrain.parallel import parallel_groups, set_auto_parallel_context
 from mstrain.registry import register_job
 from mstrain.train.callback import Callback
 
-from .config import RecomputeConfig
+from .config import RecomputeConfig, announce_layout, resolve_auto_layout
 from .vit import ViT, ViTConfig
 
 __all__ = ["ViTJobConfig", "run_vit_mnist", "accuracy"]
@@ -87,7 +87,9 @@ class ViTJobConfig:
     train: ViTTrain = section(ViTTrain)
     optimizer: OptimizerConfig = section(OptimizerConfig)
     data: MnistImages = section(MnistImages)
-    parallel_config: ViTParallelLayout = section(ViTParallelLayout)
+    parallel_config: Union[Literal["auto"], ViTParallelLayout] = section(
+        ViTParallelLayout, "how the ranks split the model (data_parallel, model_parallel, optimizer_shard), or auto: "
+                           "the strategy search picks them for the ranks and the model")
     recompute_config: RecomputeConfig = section(RecomputeConfig)
 
 
@@ -108,6 +110,24 @@ def _check_layout(cfg, ranks):
     if cfg.train.batch_size % p.data_parallel:
         raise ParallelConfigError(f"train.batch_size: {cfg.train.batch_size} is not divisible by "
                                   f"parallel_config.data_parallel ({p.data_parallel})")
+
+
+def _resolve_auto(cfg):
+    """parallel_config=auto: the search's data x model split for these ranks (ViT has no pipeline)."""
+    if cfg.parallel_config != "auto":
+        return cfg
+    from mstrain.parallel.cost_model import TransformerSpec
+    comm.init()
+    m = cfg.model
+    # The class head (hidden x 10 on the class token only) is negligible next to the blocks, so the
+    # spec has no vocabulary; the blocks see the patches and the class token.
+    spec = TransformerSpec(num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_heads, vocab_size=0,
+                           seq_length=(28 // m.patch_size) ** 2 + 1, batch_size=cfg.train.batch_size,
+                           ffn_hidden_size=m.ffn_hidden_size)
+    cfg, best = resolve_auto_layout(cfg, spec, comm.get_group_size(), lambda best: ViTParallelLayout(
+        data_parallel=best.dp, model_parallel=best.mp, optimizer_shard=best.optimizer_shard), max_pipeline_stages=1)
+    announce_layout(cfg, best)
+    return cfg
 
 
 def _setup(cfg):
@@ -196,6 +216,7 @@ def _train(cfg, network, groups, train, test):
 def run_vit_mnist(cfg):
     """ViT (W7) on the shipped MNIST images: test accuracy, on 1 to N ranks."""
     train, test = load_mnist(cfg.data.path, cfg.data.train_size, cfg.data.test_size)
+    cfg = _resolve_auto(cfg)
     groups = _setup(cfg)
     ms.set_seed(cfg.train.seed)
     m = cfg.model

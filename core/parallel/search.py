@@ -96,9 +96,14 @@ def evaluate(hw, spec, cand, plans):
     return cand
 
 
-def candidates(spec, n):
+def candidates(spec, n, max_model_parallel=None, max_pipeline_stages=None):
+    """Every layout of n ranks the model's sizes allow, within the degrees a job supports."""
     for mp in _divisors(n):
+        if max_model_parallel is not None and mp > max_model_parallel:
+            continue
         for pp in _divisors(n // mp):
+            if max_pipeline_stages is not None and pp > max_pipeline_stages:
+                continue
             dp = n // (mp * pp)
             if not _fits_model(spec, mp, pp) or spec.batch_size % dp:
                 continue
@@ -110,9 +115,10 @@ def candidates(spec, n):
                         yield Candidate(dp, mp, pp, micro, recompute, shard)
 
 
-def search(spec, n, hw=None, memory_limit=None):
-    """(best Candidate, all evaluated candidates, seconds spent). Raises ParallelConfigError when
-    no layout fits the ranks or the memory limit."""
+def search(spec, n, hw=None, memory_limit=None, max_model_parallel=None, max_pipeline_stages=None):
+    """(best Candidate, all evaluated candidates, seconds spent). `max_model_parallel` /
+    `max_pipeline_stages` keep the search to the layouts a job can run (1: that split is off).
+    Raises ParallelConfigError when no layout fits the ranks or the memory limit."""
     if hw is None:
         from .calibrate import load_hardware
         hw = load_hardware()
@@ -124,11 +130,16 @@ def search(spec, n, hw=None, memory_limit=None):
         if (mp, micro) not in cache:
             cache[(mp, micro)] = layer_plan(hw, spec, mp, micro)
         return cache[(mp, micro)]
-    evaluated = [evaluate(hw, spec, c, plans) for c in candidates(spec, n)]
+    evaluated = [evaluate(hw, spec, c, plans)
+                 for c in candidates(spec, n, max_model_parallel, max_pipeline_stages)]
     if not evaluated:
-        raise ParallelConfigError(f"no data x model x pipeline layout of {n} ranks fits the model: num_heads="
+        limits = "".join(f", {name} at most {value}" for name, value in
+                         (("model_parallel", max_model_parallel), ("pipeline_stages", max_pipeline_stages))
+                         if value is not None)
+        raise ParallelConfigError(f"no data x model x pipeline layout of {n} ranks fits the model{limits}: num_heads="
                                   f"{spec.num_heads}, hidden_size={spec.hidden_size}, vocab_size={spec.vocab_size} "
-                                  f"must divide by model_parallel and num_layers={spec.num_layers} by pipeline_stages")
+                                  f"must divide by model_parallel, num_layers={spec.num_layers} by pipeline_stages "
+                                  f"and batch_size={spec.batch_size} by data_parallel")
     fitting = [c for c in evaluated if c.memory <= limit]
     if not fitting:
         smallest = min(evaluated, key=lambda c: c.memory)

@@ -45,3 +45,33 @@ def test_no_layout_of_the_ranks_fits():
                   "model.num_layers=3")
     with pytest.raises(ParallelConfigError, match="no data x model x pipeline layout of 2 ranks"):
         search_layout(cfg, 2, PADDED_VOCAB)
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_search_limits_keep_to_the_splits_a_job_runs(ranks):
+    spec = TransformerSpec(num_layers=4, hidden_size=128, num_heads=4, vocab_size=0, seq_length=50, batch_size=64,
+                           ffn_hidden_size=256)
+    unlimited = search(spec, ranks)[1]
+    no_pipeline = search(spec, ranks, max_pipeline_stages=1)[1]
+    data_only = search(spec, ranks, max_model_parallel=1, max_pipeline_stages=1)[1]
+    assert {c.pp for c in no_pipeline} == {1} and {(c.mp, c.pp) for c in data_only} == {(1, 1)}
+    assert {c.mp for c in no_pipeline} == {c.mp for c in unlimited if c.pp == 1}  # nothing else is dropped
+    assert len(data_only) < len(no_pipeline) < len(unlimited)
+
+
+def test_a_limit_no_layout_meets_names_it():
+    spec = TransformerSpec(num_layers=4, hidden_size=128, num_heads=4, vocab_size=0, seq_length=50, batch_size=3)
+    with pytest.raises(ParallelConfigError, match="model_parallel at most 1, pipeline_stages at most 1"):
+        search(spec, 2, max_model_parallel=1, max_pipeline_stages=1)
+
+
+@pytest.mark.parametrize("job, keys", [("vit_mnist", {"data_parallel", "model_parallel", "optimizer_shard"}),
+                                       ("t5_copy", {"data_parallel", "optimizer_shard"})])
+def test_vit_and_t5_accept_auto_and_resolve_to_their_own_layout(job, keys):
+    import dataclasses
+    from mstrain.transformer import t5_jobs, vit_jobs
+    cfg = load_job_config(str(ROOT / "configs" / f"{job}.yaml"), ["parallel_config=auto"]).cfg
+    assert cfg.parallel_config == "auto"
+    chosen = (vit_jobs if job == "vit_mnist" else t5_jobs)._resolve_auto(cfg)
+    assert {f.name for f in dataclasses.fields(chosen.parallel_config)} == keys
+    assert chosen.parallel_config.data_parallel == 1  # one process: the search's only layout

@@ -49,6 +49,15 @@ def test_two_ranks_equal_one(trained, tmp_path, layout):
     np.testing.assert_allclose(_losses(tmp_path), _losses(trained[0]), rtol=0, atol=1e-5)
 
 
+@pytest.mark.skipif(not (BIN / "mpiexec").exists(), reason="needs mpiexec")
+def test_auto_layout_prints_a_data_parallel_split_and_equals_one_rank(trained, tmp_path):
+    proc = run_cli("t5_copy", tmp_path, *TINY, "parallel_config=auto", ranks=2)
+    printed = [line for line in proc.stdout.splitlines() if line.startswith("parallel_config=auto chose: ")]
+    assert len(printed) == 1 and "parallel_config.data_parallel=2 " in printed[0]
+    assert "model_parallel" not in printed[0] and "pipeline" not in printed[0]
+    np.testing.assert_allclose(_losses(tmp_path), _losses(trained[0]), rtol=0, atol=1e-5)
+
+
 def test_copy_batches_target_is_the_source_prefix():
     from mstrain.transformer.t5_jobs import copy_batches
     source, decoder_input, labels = copy_batches(np.random.default_rng(0), 2, 3, 8, 16, 5)

@@ -78,3 +78,13 @@ def test_job_trains_and_eval_reloads(trained):
 def test_two_ranks_equal_one(trained, tmp_path, layout):
     run_cli("vit_mnist", tmp_path, *TINY, "optimizer.lr=0.003", *layout, ranks=2)
     np.testing.assert_allclose(_losses(tmp_path), _losses(trained[0]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.skipif(not (BIN / "mpiexec").exists(), reason="needs mpiexec")
+def test_auto_layout_prints_a_vit_split_and_equals_one_rank(trained, tmp_path):
+    proc = run_cli("vit_mnist", tmp_path, *TINY, "optimizer.lr=0.003", "parallel_config=auto", ranks=2)
+    printed = [line for line in proc.stdout.splitlines() if line.startswith("parallel_config=auto chose: ")]
+    assert len(printed) == 1 and "pipeline" not in printed[0]  # once, by rank 0; ViT has no pipeline split
+    degrees = dict(item.split("=") for item in printed[0].split(": ", 1)[1].split(" (")[0].split())
+    assert int(degrees["parallel_config.data_parallel"]) * int(degrees["parallel_config.model_parallel"]) == 2
+    np.testing.assert_allclose(_losses(tmp_path), _losses(trained[0]), rtol=0, atol=1e-5)
