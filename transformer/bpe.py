@@ -13,8 +13,9 @@ import json
 import re
 from collections import Counter
 
-from mstrain.errors import DatasetNotFoundError
 from mstrain.fileio import write_bytes_atomically
+
+from .tokenizer import read_tokenizer_file
 
 __all__ = ["ByteBPETokenizer"]
 
@@ -105,11 +106,4 @@ class ByteBPETokenizer:
 
     @classmethod
     def load(cls, path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                payload = json.load(f)
-        except FileNotFoundError:
-            raise DatasetNotFoundError(f"{path}: tokenizer file not found") from None
-        if payload.get("type") != "byte_bpe" or not isinstance(payload.get("merges"), list):
-            raise ValueError(f"{path}: not a byte-level BPE file (expected type 'byte_bpe' and a merges list)")
-        return cls(payload["merges"])
+        return cls(read_tokenizer_file(path, "byte_bpe", "merges", "a byte-level BPE"))

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from mstrain.errors import DatasetNotFoundError
+from mstrain.errors import DatasetFormatError, DatasetNotFoundError
 from mstrain.fileio import write_bytes_atomically
 
 __all__ = ["CharTokenizer"]
@@ -53,11 +53,19 @@ class CharTokenizer:
 
     @classmethod
     def load(cls, path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                payload = json.load(f)
-        except FileNotFoundError:
-            raise DatasetNotFoundError(f"{path}: tokenizer file not found") from None
-        if payload.get("type") != "char" or not isinstance(payload.get("vocab"), list):
-            raise ValueError(f"{path}: not a character tokenizer file (expected type 'char' and a vocab list)")
-        return cls(payload["vocab"])
+        return cls(read_tokenizer_file(path, "char", "vocab", "a character tokenizer"))
+
+
+def read_tokenizer_file(path, kind, list_key, what):
+    """The `list_key` list of a tokenizer JSON file of type `kind`; a missing, unreadable or foreign
+    file is a user error naming the path."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            payload = json.load(f)
+    except FileNotFoundError:
+        raise DatasetNotFoundError(f"{path}: tokenizer file not found") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetFormatError(f"{path}: not a tokenizer file (invalid JSON: {exc})") from None
+    if not isinstance(payload, dict) or payload.get("type") != kind or not isinstance(payload.get(list_key), list):
+        raise DatasetFormatError(f"{path}: not {what} file (expected type '{kind}' and a {list_key} list)")
+    return payload[list_key]

@@ -4,6 +4,7 @@ from collections import Counter
 import pytest
 
 from mstrain.transformer.bpe import ByteBPETokenizer, _chunks
+from mstrain.transformer.tokenizer import CharTokenizer
 
 TEXT = open("data/text/tinyshakespeare.txt", encoding="utf-8").read()[:20000]
 
@@ -45,3 +46,19 @@ def test_save_load_and_errors(tok, tmp_path):
     with pytest.raises(ValueError, match="at least 256"):
         ByteBPETokenizer.train("abc", 100)
     assert ByteBPETokenizer.train(TEXT[:2000], 260).vocab_size == 260
+
+
+@pytest.mark.parametrize("content, message", [("{not json", "invalid JSON"),
+                                              ('{"type": "char", "vocab": ["a"]}', "not a byte-level BPE file"),
+                                              ("[1, 2]", "not a byte-level BPE file")])
+def test_a_foreign_or_broken_file_is_a_user_error_naming_it(tmp_path, content, message):
+    from mstrain.errors import DatasetFormatError, DatasetNotFoundError
+    path = tmp_path / "bpe.json"
+    path.write_text(content)
+    with pytest.raises(DatasetFormatError, match=message) as caught:
+        ByteBPETokenizer.load(path)
+    assert str(path) in str(caught.value)
+    with pytest.raises(DatasetNotFoundError, match="not found"):
+        CharTokenizer.load(tmp_path / "missing.json")
+    with pytest.raises(DatasetFormatError, match="not a character tokenizer file"):
+        CharTokenizer.load(path)
