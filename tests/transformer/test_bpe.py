@@ -60,5 +60,10 @@ def test_a_foreign_or_broken_file_is_a_user_error_naming_it(tmp_path, content, m
     assert str(path) in str(caught.value)
     with pytest.raises(DatasetNotFoundError, match="not found"):
         CharTokenizer.load(tmp_path / "missing.json")
+
+
+def test_a_bpe_file_is_not_a_character_tokenizer(tok, tmp_path):
+    from mstrain.errors import DatasetFormatError
+    tok.save(tmp_path / "bpe.json")
     with pytest.raises(DatasetFormatError, match="not a character tokenizer file"):
-        CharTokenizer.load(path)
+        CharTokenizer.load(tmp_path / "bpe.json")
