@@ -81,7 +81,7 @@ def observed_run(cfg):
     if is_main_process():
         from .lineage import LineageRecorder
         from .report import GraphCapture
-        _AMBIENT.append(GraphCapture(run_dir))
+        _AMBIENT.append(GraphCapture(run_dir, summary=collector))
         _AMBIENT.append(LineageRecorder(run_dir, config=_plain(dataclasses.asdict(cfg))))
     if profile:
         from .profiler import Profiler

@@ -20,10 +20,10 @@ def _graph_capture_class():
     class GraphCapture(Callback):
         """After the first training step, capture the forward graph on that step's batch and write
         graph.json and repeated_subgraphs.json into `run_dir` (the report's graph view), and the
-        graph as a GraphDef into the run's summaries when they are on."""
+        graph as a GraphDef into the run's summaries when `summary` (its SummaryCollector) is given."""
 
-        def __init__(self, run_dir):
-            self.run_dir = run_dir
+        def __init__(self, run_dir, summary=None):
+            self.run_dir, self.summary = run_dir, summary
             self.done = False
 
         def on_train_step_end(self, run_context):
@@ -37,23 +37,15 @@ def _graph_capture_class():
             # without a loss function the network is a loss network: it takes the labels too
             inputs = batch if getattr(args, "loss_fn", None) is None else batch[:-1]
             graph = write_graph(self.run_dir, args.network, *inputs)
-            _add_to_summaries(graph, args.cur_step_num)
+            if self.summary is not None and self.summary.summary_record is not None:
+                from ..summary.record import graph_def
+                self.summary.summary_record.add_value("graph", "", graph_def(graph))
+                self.summary.summary_record.record(args.cur_step_num)
     return GraphCapture
 
 
-def _add_to_summaries(graph, step):
-    """The graph into the run's summary files too (TensorBoard's graph view), when summaries are on."""
-    from ..observe import ambient_callbacks
-    from ..summary import SummaryCollector
-    from ..summary.record import graph_def
-    for callback in ambient_callbacks():
-        if isinstance(callback, SummaryCollector) and callback.summary_record is not None:
-            callback.summary_record.add_value("graph", "", graph_def(graph))
-            callback.summary_record.record(step)
-
-
-def GraphCapture(run_dir):  # noqa: N802 (a class made on first use: mstrain.train imports late)
-    return _graph_capture_class()(run_dir)
+def GraphCapture(run_dir, summary=None):  # noqa: N802 (a class made on first use: mstrain.train imports late)
+    return _graph_capture_class()(run_dir, summary)
 
 
 def write_graph(run_dir, network, *inputs):
