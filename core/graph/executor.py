@@ -53,6 +53,10 @@ def _attach_gemm(kernel, node, ins, out):
         params = gemm_params(a, b, out)
         if params is not None:
             kernel.native = ("gemm", (a, b, out), params)
+            from .gemm_layout import swapped_steps
+            swapped = swapped_steps(a, b, out)  # x @ W.T with few rows: the faster layout
+            if swapped is not None:
+                kernel.native, kernel.scratch = ("steps", swapped[0]), swapped[1]
 
 
 def _half_gemm(node, ins, out):
