@@ -21,7 +21,9 @@ step (timed inside the C loop; `gemm` marks numpy's BLAS calls).
 
 --peer also measures the floor in this process (benchmarks/_w6_floor.py): `numpy_step`, the step
 written by hand in numpy with in-place updates, and `gemm_floor`, its five matrix products alone,
-followed by a line with loop_sink / gemm_floor. --amp O0,O2 measures each mode at each mixed-
+followed by a line with loop_sink / gemm_floor. Each of these lines also has `cpu_us_per_step`,
+the fastest block's process CPU time per step (on a shared machine, time other processes take
+from the run does not count; BLAS threads' spinning does). --amp O0,O2 measures each mode at each mixed-
 precision level (O2: float16 network, float32 master weights and loss, dynamic loss scale; modes
 get an `_amp_O2` suffix) and prints an O2 / O0 line per mode.
 """
@@ -95,17 +97,19 @@ def per_step(cell, x, y, steps, warmup):
 
 def loop_sink(cell, x, y, steps, sink_size, warmup):
     """sink_size steps per call; (losses, median seconds per step, mean per step of whole calls,
-    runner). The runner times each step inside its C loop."""
+    fastest CPU seconds per step of a whole call, runner). The runner times each step inside its
+    C loop."""
     runner = GraphSinkRunner(cell)
     batches = [(x[s % POOL], y[s % POOL]) for s in range(steps)]
-    losses, per_call, per_step = [], [], []
+    losses, per_call, per_step, cpu = [], [], [], []
     for start in range(0, steps, sink_size):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         losses.extend(runner.run(batches[start:start + sink_size]))
         per_call.append((time.perf_counter() - t0) / sink_size)
+        cpu.append((time.process_time() - c0) / sink_size)
         per_step.extend(runner.step_seconds)
     timed = [t for t in per_step[warmup:] if np.isfinite(t)]
-    return losses, float(np.median(timed)), float(np.median(per_call[1:] or per_call)), runner
+    return losses, float(np.median(timed)), float(np.median(per_call[1:] or per_call)), min(cpu[1:] or cpu), runner
 
 
 def call_allocation(runner, x, y, sink_size):
@@ -160,27 +164,30 @@ def kernel_breakdown(runner, steps=300):
             for i in order]
 
 
-def floor_lines(x, y, init, steps, warmup, seed):
+def _timed_steps(call, x, y, steps, sink_size):
+    """(results, wall seconds of each step, fastest CPU seconds per step over blocks of sink_size)."""
+    results, times, cpu = [], [], []
+    for block in range(0, steps, sink_size):
+        c0 = time.process_time()
+        for s in range(block, block + sink_size):
+            start = time.perf_counter()
+            results.append(call(x[s % POOL], y[s % POOL]))
+            times.append(time.perf_counter() - start)
+        cpu.append((time.process_time() - c0) / sink_size)
+    return results, times, min(cpu[1:] or cpu)
+
+
+def floor_lines(x, y, init, args):
     """The hand-written numpy step and its matrix products alone (us per step), same batches."""
     step = _w6_floor.NumpyStep(init, BATCH, CLASSES)
-    losses, times = [], []
-    for s in range(steps):
-        bx, by = x[s % POOL], y[s % POOL]
-        start = time.perf_counter()
-        losses.append(step(bx, by))
-        times.append(time.perf_counter() - start)
-    gemm_times = []
-    for s in range(steps):
-        bx = x[s % POOL]
-        start = time.perf_counter()
-        step.gemms(bx)
-        gemm_times.append(time.perf_counter() - start)
-    loss = losses[QUALITY_STEP - 1]
+    losses, times, cpu = _timed_steps(step, x, y, args.steps, args.sink_size)
+    _, gemm_times, gemm_cpu = _timed_steps(lambda bx, by: step.gemms(bx), x, y, args.steps, args.sink_size)
     numpy_line = _common.record("W6", "tiny-mlp-sink", "numpy_step", "us_per_train_step",
-                                np.median(times[warmup:]) * 1e6, "loss_step_100", loss, steps=steps, seed=seed)
+                                np.median(times[args.warmup:]) * 1e6, "loss_step_100", losses[QUALITY_STEP - 1],
+                                steps=args.steps, seed=args.seed, cpu_us_per_step=round(cpu * 1e6, 3))
     gemm_line = _common.record("W6", "tiny-mlp-sink", "gemm_floor", "us_per_train_step",
-                               np.median(gemm_times[warmup:]) * 1e6, "loss_step_100", None, steps=steps, seed=seed,
-                               gemms_per_step=5)
+                               np.median(gemm_times[args.warmup:]) * 1e6, "loss_step_100", None, steps=args.steps,
+                               seed=args.seed, gemms_per_step=5, cpu_us_per_step=round(gemm_cpu * 1e6, 3))
     return numpy_line, gemm_line
 
 
@@ -191,9 +198,10 @@ def measure(mode, amp_level, x, y, init, args):
     extra = {"amp_level": amp_level}
     start = time.perf_counter()
     if mode == "loop_sink":
-        losses, seconds, per_call, runner = loop_sink(cell, x, y, args.steps, args.sink_size, args.warmup)
+        losses, seconds, per_call, cpu, runner = loop_sink(cell, x, y, args.steps, args.sink_size, args.warmup)
         peak = call_allocation(runner, x, y, args.sink_size)
         extra.update(sink_size=args.sink_size, us_per_step_whole_calls=round(per_call * 1e6, 3),
+                     cpu_us_per_step=round(cpu * 1e6, 3),
                      alloc_peak_bytes_per_call=peak, alloc_bytes_per_step_at_most=round(peak / args.sink_size, 1),
                      **executable_stats(runner), kernel_us=kernel_breakdown(runner))
     else:
@@ -254,14 +262,16 @@ def main():
 
 
 def _floor_and_peer(results, x, y, init, args):
-    numpy_line, gemm_line = floor_lines(x, y, init, args.steps, args.warmup, args.seed)
+    numpy_line, gemm_line = floor_lines(x, y, init, args)
     _common.emit(numpy_line)
     _common.emit(gemm_line)
     if ("loop_sink", "O0") in results:
         line = results[("loop_sink", "O0")]
         _common.emit({"workload": "W6", "name": "tiny-mlp-sink", "ratio_of": "loop_sink / gemm_floor",
                       "speed_metric": "us_per_train_step", "loop_sink": line["speed"], "gemm_floor": gemm_line["speed"],
-                      "numpy_step": numpy_line["speed"], "speed_ratio": round(line["speed"] / gemm_line["speed"], 4)})
+                      "numpy_step": numpy_line["speed"], "speed_ratio": round(line["speed"] / gemm_line["speed"], 4),
+                      "cpu_ratio": round(line["cpu_us_per_step"] / gemm_line["cpu_us_per_step"], 4),
+                      "cpu_ratio_vs_numpy_step": round(line["cpu_us_per_step"] / numpy_line["cpu_us_per_step"], 4)})
     peer = _common.run_peer("tiny_mlp_sink_torch.py", ["--seed", str(args.seed)])[0]
     for (mode, level), line in results.items():
         _common.emit(_common.ratio(line, peer, faster_than_peer=round(peer["speed"] / line["speed"], 2),
