@@ -9,7 +9,9 @@ Speed: median wall time of the training steps (forward + backward + Adam) of eve
 5 steps of the first seed being warm-up, as the peers time it. Quality: test accuracy at the
 stopping epoch, mean (and std) over the seeds.
 
-One JSON line per implementation; with --peer the PyG and plain-PyTorch peers run right after in
+One JSON line per implementation (and per mixed-precision level of --amp, e.g. `--amp O0,O2`:
+O2 computes the network in float16 with float32 master weights and a dynamic loss scale, followed
+by an `O2 / O0` line with the speed ratio and the accuracy difference); with --peer the PyG and plain-PyTorch peers run right after in
 the peer Python (see benchmarks/_common.py: MSTRAIN_PEER_PYTHON, else /work/.venv-torch) and a
 ratio line follows each (speed_ratio = mstrain ms / peer ms: below 1 is faster).
 """
@@ -36,24 +38,26 @@ GRAPH_KERNELS = ("graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_gat_attenti
 CORE_KERNELS = ("segment_sum",)
 
 
-def _mstrain_line(model, seeds, first_seed):
+def _mstrain_line(model, seeds, first_seed, amp_level="O0"):
     sys.path.insert(0, str(REPO))
     import mstrain.gnn as gnn
     from mstrain import kernels
     from mstrain.gnn.kernels import graph as graph_kernels
 
     runs = [gnn.train_node_classification(model=model, dataset="cora", root=str(REPO / "data" / "planetoid"),
-                                          seed=seed, log_every=0)
+                                          seed=seed, log_every=0, amp_level=amp_level)
             for seed in range(first_seed, first_seed + seeds)]
     steps = [h["step_ms"] for run in runs for h in run["history"]][WARMUP:]
     accuracies = [run["test_acc"] for run in runs]
     workload, name = WORKLOADS[model]
-    return record(workload, name, "graph_step", "ms_per_epoch", statistics.median(steps), "test_acc_mean",
+    mode = "graph_step" if amp_level == "O0" else f"graph_step_amp_{amp_level}"
+    return record(workload, name, mode, "ms_per_epoch", statistics.median(steps), "test_acc_mean",
                   statistics.mean(accuracies), test_acc_std=round(statistics.pstdev(accuracies), 6),
                   test_acc_per_seed=[round(a, 4) for a in accuracies], seeds=seeds, seed=first_seed,
                   epochs_mean=statistics.mean(run["epochs"] for run in runs),
                   tested_epoch_mean=statistics.mean(run["tested_epoch"] for run in runs),
-                  warmup_steps=WARMUP, timed_steps=len(steps),
+                  warmup_steps=WARMUP, timed_steps=len(steps), amp_level=amp_level,
+                  skipped_steps=sum(run["skipped_steps"] for run in runs),
                   cpp_kernels=[k for k in GRAPH_KERNELS if graph_kernels.available(k)]
                   + [k for k in CORE_KERNELS if kernels.available(k)],
                   blas_threads=os.environ["OPENBLAS_NUM_THREADS"],
@@ -83,11 +87,24 @@ def main(model, argv=None):
     parser.add_argument("--seeds", type=int, default=10, help="models trained, one per seed (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="first seed")
     parser.add_argument("--peer", action="store_true", help="also run the PyG and PyTorch peers and print ratios")
+    parser.add_argument("--amp", default="O0",
+                        help="mixed-precision levels to measure, comma-separated (O0 and/or O2; default O0)")
     args = parser.parse_args(argv)
-    ours = _mstrain_line(model, args.seeds, args.seed)
-    emit(ours)
+    levels = [level.strip() for level in args.amp.split(",") if level.strip()]
+    if not levels or any(level not in ("O0", "O2") for level in levels):
+        print(f"error: --amp takes O0 and/or O2, got {args.amp!r}", file=sys.stderr)
+        return 2
+    lines = {}
+    for level in levels:
+        lines[level] = _mstrain_line(model, args.seeds, args.seed, level)
+        emit(lines[level])
+    if "O0" in lines and "O2" in lines:
+        emit({"workload": workload, "name": name, "ratio_of": "amp O2 / amp O0", "speed_metric": "ms_per_epoch",
+              "O2": lines["O2"]["speed"], "O0": lines["O0"]["speed"],
+              "speed_ratio": round(lines["O2"]["speed"] / lines["O0"]["speed"], 4),
+              "quality_diff": round(lines["O2"]["quality"] - lines["O0"]["quality"], 6)})
     if args.peer:
-        _run_peers(model, ours, args.seeds, args.seed)
+        _run_peers(model, lines[levels[0]], args.seeds, args.seed)
     return 0
 
 

@@ -1,6 +1,6 @@
 """W6 tiny-mlp-sink: microseconds per training step, eager vs graph sink vs loop sink.
 
-    PYTHONPATH=. python benchmarks/tiny_mlp_sink.py [--steps 1000] [--sink-size 100] [--peer]
+    PYTHONPATH=. python benchmarks/tiny_mlp_sink.py [--steps 1000] [--sink-size 100] [--peer] [--amp O0,O2]
 
 Model: MLP 784 -> 128 -> 10, ReLU, softmax cross-entropy (mean), SGD momentum 0.9 lr 0.01
 (nn.Momentum: accum = 0.9 accum + g, param -= lr accum: PyTorch's SGD with momentum).
@@ -15,7 +15,17 @@ Modes (each trains from the same initial weights):
 Speed: median microseconds per step after warm-up (loop sink: per call / sink_size). Quality: the
 loss of step 100, with its difference from eager's. Also reported for the loop sink: kernels in
 the plan, kernels that call back into Python from the C loop (0: the loop never leaves C), and
-the tracemalloc peak of a whole steady-state call (an upper bound of the bytes a step allocates).
+the tracemalloc peak of a whole steady-state call (an upper bound of the bytes a step allocates),
+and `kernel_us`: where a loop-sink step goes, each kernel of the plan with its microseconds per
+step (timed inside the C loop; `gemm` marks numpy's BLAS calls).
+
+--peer also measures the floor in this process (benchmarks/_w6_floor.py): `numpy_step`, the step
+written by hand in numpy with in-place updates, and `gemm_floor`, its five matrix products alone,
+followed by a line with loop_sink / gemm_floor. Each of these lines also has `cpu_us_per_step`,
+the fastest block's process CPU time per step (on a shared machine, time other processes take
+from the run does not count; BLAS threads' spinning does). --amp O0,O2 measures each mode at each mixed-
+precision level (O2: float16 network, float32 master weights and loss, dynamic loss scale; modes
+get an `_amp_O2` suffix) and prints an O2 / O0 line per mode.
 """
 import argparse
 import sys
@@ -29,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 import _common  # noqa: E402
+import _w6_floor  # noqa: E402
 import mstrain as ms  # noqa: E402
 from mstrain import nn  # noqa: E402
 from mstrain.train.sink import GraphSinkRunner  # noqa: E402
@@ -49,17 +60,27 @@ def make_data_and_init(seed):
     return x, y, init
 
 
-def make_train_cell(init):
+def make_train_cell(init, amp_level="O0"):
     fc1, fc2 = nn.Dense(IN_FEATURES, HIDDEN), nn.Dense(HIDDEN, CLASSES)
     fc1.weight.set_data(init["w1"].T.copy())
     fc1.bias.set_data(init["b1"])
     fc2.weight.set_data(init["w2"].T.copy())
     fc2.bias.set_data(init["b2"])
     net = nn.SequentialCell([fc1, nn.ReLU(), fc2])
-    loss = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
-    cell = nn.TrainOneStepCell(loss, nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9))
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    if amp_level == "O0":
+        cell = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), optimizer)
+    else:
+        cell = ms.amp.build_train_network(net, optimizer, loss_fn, level=amp_level)
     cell.set_train()
     return cell
+
+
+def _loss_value(output):
+    """The loss of a step's output (a loss-scaled cell returns (loss, overflow, scale))."""
+    value = output[0] if isinstance(output, (tuple, list)) else output
+    return float(value.asnumpy())
 
 
 def per_step(cell, x, y, steps, warmup):
@@ -68,25 +89,27 @@ def per_step(cell, x, y, steps, warmup):
     for s in range(steps):
         bx, by = ms.Tensor(x[s % POOL]), ms.Tensor(y[s % POOL])
         start = time.perf_counter()
-        loss = cell(bx, by)
+        output = cell(bx, by)
         times.append(time.perf_counter() - start)
-        losses.append(float(loss.asnumpy()))
+        losses.append(_loss_value(output))
     return losses, float(np.median(times[warmup:]))
 
 
 def loop_sink(cell, x, y, steps, sink_size, warmup):
     """sink_size steps per call; (losses, median seconds per step, mean per step of whole calls,
-    runner). The runner times each step inside its C loop."""
+    fastest CPU seconds per step of a whole call, runner). The runner times each step inside its
+    C loop."""
     runner = GraphSinkRunner(cell)
     batches = [(x[s % POOL], y[s % POOL]) for s in range(steps)]
-    losses, per_call, per_step = [], [], []
+    losses, per_call, per_step, cpu = [], [], [], []
     for start in range(0, steps, sink_size):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         losses.extend(runner.run(batches[start:start + sink_size]))
         per_call.append((time.perf_counter() - t0) / sink_size)
+        cpu.append((time.process_time() - c0) / sink_size)
         per_step.extend(runner.step_seconds)
     timed = [t for t in per_step[warmup:] if np.isfinite(t)]
-    return losses, float(np.median(timed)), float(np.median(per_call[1:] or per_call)), runner
+    return losses, float(np.median(timed)), float(np.median(per_call[1:] or per_call)), min(cpu[1:] or cpu), runner
 
 
 def call_allocation(runner, x, y, sink_size):
@@ -114,6 +137,82 @@ def executable_stats(runner):
     return stats
 
 
+def _kernel_label(node, kernel):
+    if node.op == "fused":
+        label = "fused(" + ",".join(m.prim.name for m in node.value.members) + ")"
+    else:
+        label = node.prim.name
+    native = getattr(kernel, "native", None)
+    if native is not None and native[0] in ("gemm", "steps") and node.op == "call" and \
+            node.prim.name in ("matmul", "dense_weight_grad"):
+        label += "[gemm]"
+    shape = node.shape if node.shape is not None else node.value.shape if node.op == "fused" else None
+    return f"{label} {list(shape) if shape is not None else ''}".strip()
+
+
+def kernel_breakdown(runner, steps=300):
+    """[(kernel, microseconds per step)] of the loop-sink plan, slowest first, timed in C."""
+    executable = runner.compiled_calls()[0].executable
+    program = executable.native()
+    if program is None:
+        return None
+    seconds = np.zeros(len(executable.plan), np.float64)
+    for _ in range(steps):
+        program.run(seconds)
+    order = np.argsort(-seconds)
+    return [[_kernel_label(executable.plan_nodes[i], executable.plan[i]), round(seconds[i] / steps * 1e6, 2)]
+            for i in order]
+
+
+def _timed_steps(call, x, y, steps, sink_size):
+    """(results, wall seconds of each step, fastest CPU seconds per step over blocks of sink_size)."""
+    results, times, cpu = [], [], []
+    for block in range(0, steps, sink_size):
+        c0 = time.process_time()
+        for s in range(block, block + sink_size):
+            start = time.perf_counter()
+            results.append(call(x[s % POOL], y[s % POOL]))
+            times.append(time.perf_counter() - start)
+        cpu.append((time.process_time() - c0) / sink_size)
+    return results, times, min(cpu[1:] or cpu)
+
+
+def floor_lines(x, y, init, args):
+    """The hand-written numpy step and its matrix products alone (us per step), same batches."""
+    step = _w6_floor.NumpyStep(init, BATCH, CLASSES)
+    losses, times, cpu = _timed_steps(step, x, y, args.steps, args.sink_size)
+    _, gemm_times, gemm_cpu = _timed_steps(lambda bx, by: step.gemms(bx), x, y, args.steps, args.sink_size)
+    numpy_line = _common.record("W6", "tiny-mlp-sink", "numpy_step", "us_per_train_step",
+                                np.median(times[args.warmup:]) * 1e6, "loss_step_100", losses[QUALITY_STEP - 1],
+                                steps=args.steps, seed=args.seed, cpu_us_per_step=round(cpu * 1e6, 3))
+    gemm_line = _common.record("W6", "tiny-mlp-sink", "gemm_floor", "us_per_train_step",
+                               np.median(gemm_times[args.warmup:]) * 1e6, "loss_step_100", None, steps=args.steps,
+                               seed=args.seed, gemms_per_step=5, cpu_us_per_step=round(gemm_cpu * 1e6, 3))
+    return numpy_line, gemm_line
+
+
+def measure(mode, amp_level, x, y, init, args):
+    """The record of one mode at one amp level."""
+    cell = make_train_cell(init, amp_level)
+    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph_sink" else ms.PYNATIVE_MODE)
+    extra = {"amp_level": amp_level}
+    start = time.perf_counter()
+    if mode == "loop_sink":
+        losses, seconds, per_call, cpu, runner = loop_sink(cell, x, y, args.steps, args.sink_size, args.warmup)
+        peak = call_allocation(runner, x, y, args.sink_size)
+        extra.update(sink_size=args.sink_size, us_per_step_whole_calls=round(per_call * 1e6, 3),
+                     cpu_us_per_step=round(cpu * 1e6, 3),
+                     alloc_peak_bytes_per_call=peak, alloc_bytes_per_step_at_most=round(peak / args.sink_size, 1),
+                     **executable_stats(runner), kernel_us=kernel_breakdown(runner))
+    else:
+        losses, seconds = per_step(cell, x, y, args.steps, args.warmup)
+    extra["wall_s"] = round(time.perf_counter() - start, 3)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    label = mode if amp_level == "O0" else f"{mode}_amp_{amp_level}"
+    return _common.record("W6", "tiny-mlp-sink", label, "us_per_train_step", seconds * 1e6,
+                          "loss_step_100", losses[QUALITY_STEP - 1], steps=args.steps, seed=args.seed, **extra)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
@@ -121,48 +220,64 @@ def main():
     parser.add_argument("--warmup", type=int, default=_common.WARMUP)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--modes", default="eager,graph_sink,loop_sink")
-    parser.add_argument("--peer", action="store_true", help="also run ../shared/peers/tiny_mlp_sink_torch.py")
+    parser.add_argument("--amp", default="O0", help="mixed-precision levels, comma-separated (O0, O2, O3)")
+    parser.add_argument("--peer", action="store_true",
+                        help="also run ../shared/peers/tiny_mlp_sink_torch.py and the numpy floor")
     parser.add_argument("--peer-compile", action="store_true",
                         help="also run the peer with torch.compile (about 30 s of compilation)")
     args = parser.parse_args()
     if args.steps < QUALITY_STEP or args.steps % args.sink_size:
         _common.fail(f"--steps must be >= {QUALITY_STEP} and a multiple of --sink-size ({args.sink_size})")
+    levels = [level.strip() for level in args.amp.split(",") if level.strip()]
+    if not levels or any(level not in ("O0", "O2", "O3") for level in levels):
+        _common.fail(f"--amp takes O0, O2 and/or O3, got {args.amp!r}")
     ms.set_seed(args.seed)
     x, y, init = make_data_and_init(args.seed)
-    results, eager_loss = {}, None
+    results = {}
+    for level in levels:
+        eager_loss = None
+        for mode in args.modes.split(","):
+            line = measure(mode, level, x, y, init, args)
+            eager_loss = line["quality"] if mode == "eager" else eager_loss
+            if eager_loss is not None and mode != "eager":
+                line["abs_diff_vs_eager"] = abs(line["quality"] - eager_loss)
+            results[(mode, level)] = line
+            _common.emit(line)
     for mode in args.modes.split(","):
-        cell = make_train_cell(init)
-        ms.set_context(mode=ms.GRAPH_MODE if mode == "graph_sink" else ms.PYNATIVE_MODE)
-        extra = {}
-        start = time.perf_counter()
-        if mode == "loop_sink":
-            losses, seconds, per_call, runner = loop_sink(cell, x, y, args.steps, args.sink_size, args.warmup)
-            peak = call_allocation(runner, x, y, args.sink_size)
-            extra.update(sink_size=args.sink_size, us_per_step_whole_calls=round(per_call * 1e6, 3),
-                         alloc_peak_bytes_per_call=peak, alloc_bytes_per_step_at_most=round(peak / args.sink_size, 1),
-                         **executable_stats(runner))
-        else:
-            losses, seconds = per_step(cell, x, y, args.steps, args.warmup)
-        extra["wall_s"] = round(time.perf_counter() - start, 3)
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-        loss = losses[QUALITY_STEP - 1]
-        eager_loss = loss if mode == "eager" else eager_loss
-        if eager_loss is not None and mode != "eager":
-            extra["abs_diff_vs_eager"] = abs(loss - eager_loss)
-        results[mode] = _common.record("W6", "tiny-mlp-sink", mode, "us_per_train_step", seconds * 1e6,
-                                       "loss_step_100", loss, steps=args.steps, seed=args.seed, **extra)
-        _common.emit(results[mode])
+        if (mode, "O0") in results:
+            for level in levels[1:] if levels[0] == "O0" else [lv for lv in levels if lv != "O0"]:
+                low, base = results[(mode, level)], results[(mode, "O0")]
+                _common.emit({"workload": "W6", "name": "tiny-mlp-sink", "ratio_of": f"{mode} amp {level} / amp O0",
+                              "speed_metric": "us_per_train_step", level: low["speed"], "O0": base["speed"],
+                              "speed_ratio": round(low["speed"] / base["speed"], 4),
+                              "loss_diff": abs(low["quality"] - base["quality"])})
     if args.peer:
-        peer = _common.run_peer("tiny_mlp_sink_torch.py", ["--seed", str(args.seed)])[0]
-        for mode, line in results.items():
-            _common.emit(_common.ratio(line, peer, faster_than_peer=round(peer["speed"] / line["speed"], 2),
-                                       loss_diff_vs_peer=abs(line["quality"] - peer["quality"])))
+        _floor_and_peer(results, x, y, init, args)
     if args.peer_compile:  # torch.compile (inductor) is the peer's counterpart of the graph sink
         peer = _common.run_peer("tiny_mlp_sink_torch.py", ["--seed", str(args.seed), "--compile"])[0]
         for mode in ("graph_sink", "loop_sink"):
-            if mode in results:
-                line = results[mode]
+            if (mode, "O0") in results:
+                line = results[(mode, "O0")]
                 _common.emit(_common.ratio(line, peer, faster_than_peer=round(peer["speed"] / line["speed"], 2)))
+
+
+def _floor_and_peer(results, x, y, init, args):
+    numpy_line, gemm_line = floor_lines(x, y, init, args)
+    _common.emit(numpy_line)
+    _common.emit(gemm_line)
+    if ("loop_sink", "O0") in results:
+        line = results[("loop_sink", "O0")]
+        _common.emit({"workload": "W6", "name": "tiny-mlp-sink", "ratio_of": "loop_sink / gemm_floor",
+                      "speed_metric": "us_per_train_step", "loop_sink": line["speed"], "gemm_floor": gemm_line["speed"],
+                      "numpy_step": numpy_line["speed"], "speed_ratio": round(line["speed"] / gemm_line["speed"], 4),
+                      "cpu_ratio": round(line["cpu_us_per_step"] / gemm_line["cpu_us_per_step"], 4),
+                      "cpu_ratio_vs_numpy_step": round(line["cpu_us_per_step"] / numpy_line["cpu_us_per_step"], 4)})
+    peer = _common.run_peer("tiny_mlp_sink_torch.py", ["--seed", str(args.seed)])[0]
+    for (mode, level), line in results.items():
+        _common.emit(_common.ratio(line, peer, faster_than_peer=round(peer["speed"] / line["speed"], 2),
+                                   loss_diff_vs_peer=abs(line["quality"] - peer["quality"])))
+    _common.emit(_common.ratio(numpy_line, peer, faster_than_peer=round(peer["speed"] / numpy_line["speed"], 2),
+                               loss_diff_vs_peer=abs(numpy_line["quality"] - peer["quality"])))
 
 
 if __name__ == "__main__":

@@ -73,18 +73,19 @@ def make_leaf(tensor):
 
 
 def record(prim, inputs, attrs, result):
-    tracked = False
     for x in inputs:
         if isinstance(x, Tensor) and x._node is not None:
-            tracked = True
             break
-    if not tracked:
-        return
-    outs = result if isinstance(result, tuple) else (result,)
-    node = Node(prim, inputs, attrs, tuple(weakref.ref(o) for o in outs))
-    for i, o in enumerate(outs):
-        o._node = node
-        o._index = i
+    else:
+        return  # no input is tracked: nothing to differentiate through
+    if type(result) is tuple:
+        node = Node(prim, inputs, attrs, tuple(weakref.ref(o) for o in result))
+        for i, o in enumerate(result):
+            o._node = node
+            o._index = i
+    else:
+        result._node = Node(prim, inputs, attrs, (weakref.ref(result),))
+        result._index = 0
 
 
 @contextlib.contextmanager

@@ -12,15 +12,17 @@ innermost loop is specialised per input as contiguous, broadcast or strided, so 
                                          for j (simd): compute and store the full-shape outputs
 
 Kernels use a C ABI, `void name(void** pointers, const int64_t* params)`, with params = the
-collapsed sizes then every operand's strides in elements. float16 is stored as `_Float16` and
-computed in float, rounded to half after every op as numpy does.
+collapsed sizes then every operand's strides in elements. float16 is stored as its 16 bits and
+computed in float, rounded to half after every op as numpy does; the conversions are branch-free
+integer code (exact round-to-nearest-even, numpy's), so float16 loops vectorise like float32 ones
+(the compiler does not vectorise `_Float16` conversions).
 """
 import math
 import re
 
 import numpy as np
 
-CTYPES = {"float16": "_Float16", "float32": "float", "float64": "double", "int8": "int8_t",
+CTYPES = {"float16": "uint16_t", "float32": "float", "float64": "double", "int8": "int8_t",
           "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t", "bool": "bool"}
 SUPPORTED = {np.dtype(name) for name in CTYPES}
 _STASH_MAX = 16384  # longest row (elements) whose costly values are kept on the stack for reuse
@@ -28,6 +30,7 @@ _PARALLEL_MIN = 1 << 20  # elements below which one thread wins (and BLAS thread
 
 PRELUDE = r"""#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <algorithm>
 #include <limits>
 #if defined(__GLIBC__) && defined(__x86_64__) && !defined(MS_NO_MVEC)
@@ -50,6 +53,54 @@ double erf(double) noexcept __attribute__((simd("notinbranch")));
 }
 #endif
 """
+
+
+HALF_HELPERS = r"""/* float16 bits <-> float, exact (round to nearest even), branch-free so loops vectorise */
+static inline float ms_bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint32_t ms_float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+static inline float ms_h2f(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t shifted = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  const uint32_t exponent = shifted & 0x0f800000u;
+  const uint32_t normal = shifted + 0x38000000u;   /* exponent rebiased by 127 - 15 */
+  const uint32_t special = shifted + 0x70000000u;  /* inf and nan */
+  const uint32_t subnormal = ms_float_bits(ms_bits_float(shifted + 0x38800000u) - ms_bits_float(0x38800000u));
+  const uint32_t bits = exponent == 0x0f800000u ? special : (exponent == 0 ? subnormal : normal);
+  return ms_bits_float(bits | sign);
+}
+static inline uint16_t ms_f2h(float value) {
+  const uint32_t u = ms_float_bits(value);
+  const uint32_t sign = u & 0x80000000u;
+  const uint32_t a = u ^ sign;
+  const uint32_t big = a > 0x7f800000u ? 0x7e00u : 0x7c00u;  /* nan, or overflow to inf */
+  /* below 2^-14: adding 0.5 rounds the mantissa at 2^-24 in float arithmetic */
+  const uint32_t subnormal = ms_float_bits(ms_bits_float(a) + ms_bits_float(0x3f000000u)) - 0x3f000000u;
+  const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+  const uint32_t h = a >= 0x47800000u ? big : (a < 0x38800000u ? subnormal : normal);
+  return static_cast<uint16_t>(h | (sign >> 16));
+}
+static inline float ms_round_half(float value) { return ms_h2f(ms_f2h(value)); }
+"""
+PRELUDE += HALF_HELPERS
+
+
+def load_value(dtype, text):
+    """C++ reading a stored value as its compute type (float16 bits -> float)."""
+    return f"ms_h2f({text})" if np.dtype(dtype) == np.float16 else text
+
+
+def store_value(dtype, text):
+    """C++ converting a computed value to its storage type."""
+    if np.dtype(dtype) == np.float16:
+        return f"ms_f2h(static_cast<float>({text}))"
+    return f"static_cast<{storage_type(dtype)}>({text})"
+
+
+def round_value(dtype, text):
+    """C++ rounding a computed value as storing it would (float16: to half precision, kept as float)."""
+    if np.dtype(dtype) == np.float16:
+        return f"ms_round_half(static_cast<float>({text}))"
+    return text
 
 
 _FLOAT_LITERAL = re.compile(r"(?<![\w.])(?:\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)")
@@ -133,7 +184,7 @@ def _operand_type(node, operands):
 
 def _attr_text(name, value):
     if name == "dtype":
-        return storage_type(np.dtype(value))
+        return compute_type(np.dtype(value))
     return literal(value)
 
 
@@ -159,9 +210,7 @@ class _Expressions:
         if op_type in ("float", "double"):  # numpy's weak Python floats: computed in the array's type
             expr = _FLOAT_LITERAL.sub(lambda m: f"static_cast<{op_type}>({m.group(0)})", expr)
         ctype = compute_type(node.dtype)
-        if node.dtype == np.float16:
-            expr = f"static_cast<float>(static_cast<_Float16>({expr}))"
-        return f"const {ctype} {var} = static_cast<{ctype}>({expr});"
+        return f"const {ctype} {var} = static_cast<{ctype}>({round_value(node.dtype, expr)});"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,8 +255,7 @@ class KernelSource:
             index = "0"
         else:
             index = "j" if cls == 1 else f"j * s{k}"
-        load = f"a{k}[{index}]"
-        return f"static_cast<float>({load})" if node.dtype == np.float16 else load
+        return load_value(node.dtype, f"a{k}[{index}]")
 
     def _ref(self, in_loop):
         def ref(node):
@@ -282,9 +330,7 @@ class KernelSource:
         lines += self._loop([x], tail, f"#pragma omp simd reduction({simd_op}:{acc})")
         total = f"{acc} / static_cast<double>(L)" if node.prim.name == "mean" else acc
         ctype = compute_type(node.dtype)
-        expr = f"static_cast<{ctype}>({total})"
-        if node.dtype == np.float16:
-            expr = f"static_cast<float>(static_cast<_Float16>({expr}))"
+        expr = round_value(node.dtype, f"static_cast<{ctype}>({total})")
         lines.append(f"const {ctype} {var} = {expr};")
         return lines
 
@@ -294,7 +340,7 @@ class KernelSource:
             if self.group.is_row_value(member) == row_values:
                 cls = self.inner[n_in + k]
                 index = "0" if row_values or cls == 0 else ("j" if cls == 1 else f"j * t{k}")
-                stores.append(f"y{k}[{index}] = static_cast<{storage_type(dtype)}>({self.var[id(member)]});")
+                stores.append(f"y{k}[{index}] = {store_value(dtype, self.var[id(member)])};")
         return stores
 
     def _full_stores(self):
@@ -404,26 +450,29 @@ def reduction_source(node, leading, kept_contiguous):
              f"  {y_t}* y = static_cast<{y_t}*>(p[1]);",
              "  const int64_t nk = n[0], nr = n[1];",
              "  const int64_t* ko = n + 2;", "  const int64_t* ro = n + 2 + nk;"]
+    x_dtype, y_dtype = node.inputs[0].dtype, node.dtype
+    load = load_value(x_dtype, load)
     if leading:
         lines += ["  { const int64_t r0 = ro[0];", "    #pragma omp simd",
-                  f"    for (int64_t k = 0; k < nk; ++k) y[k] = static_cast<{y_t}>({load}); }}",
+                  f"    for (int64_t k = 0; k < nk; ++k) y[k] = {store_value(y_dtype, load)}; }}",
                   "  for (int64_t r = 1; r < nr; ++r) {", "    const int64_t r0 = ro[r];", "    #pragma omp simd",
                   "    for (int64_t k = 0; k < nk; ++k)",
-                  "      y[k] = static_cast<{}>({});".format(
-                      y_t, combine.format(a=f"static_cast<{ct}>(y[k])", v=f"static_cast<{ct}>({load})")),
+                  "      y[k] = {};".format(store_value(y_dtype, combine.format(
+                      a=f"static_cast<{ct}>({load_value(y_dtype, 'y[k]')})", v=f"static_cast<{ct}>({load})"))),
                   "  }"]
         if name == "mean":  # numpy divides by the count as an integer: in double, then rounds
-            lines += ["  for (int64_t k = 0; k < nk; ++k)",
-                      f"    y[k] = static_cast<{y_t}>(static_cast<double>(y[k]) / static_cast<double>(nr));"]
+            mean = f"static_cast<double>({load_value(y_dtype, 'y[k]')}) / static_cast<double>(nr)"
+            lines += ["  for (int64_t k = 0; k < nk; ++k)", f"    y[k] = {store_value(y_dtype, mean)};"]
     else:
         acc_t = "double" if np.dtype(node.dtype).kind == "f" and name in ("sum", "mean") else ct
         init = {"sum": "0", "mean": "0", "max": f"-std::numeric_limits<{acc_t}>::infinity()",
                 "min": f"std::numeric_limits<{acc_t}>::infinity()"}[name]
-        value = "x[k0 + ro[r]]"
+        value = load_value(x_dtype, "x[k0 + ro[r]]")
+        total = "acc / static_cast<double>(nr)" if name == "mean" else "acc"
         lines += ["  for (int64_t k = 0; k < nk; ++k) {", f"    const int64_t k0 = ko[k];",
                   f"    {acc_t} acc = {init};",
                   "    for (int64_t r = 0; r < nr; ++r)",
                   f"      acc = {combine.format(a='acc', v=f'static_cast<{acc_t}>({value})')};",
-                  f"    y[k] = static_cast<{y_t}>({'acc / static_cast<double>(nr)' if name == 'mean' else 'acc'});",
+                  f"    y[k] = {store_value(y_dtype, total)};",
                   "  }"]
     return PRELUDE + "\n".join(lines + ["}"]) + "\n"

@@ -34,6 +34,9 @@ def _attach_gemm(kernel, node, ins, out):
     """Mark a matrix product the C runner can issue as numpy's own BLAS call (and a sum over
     leading axes as the same additions in C)."""
     if node.prim.name == "sum_to" and isinstance(ins[0], np.ndarray):
+        from .half import attach_half_sum_rows
+        if attach_half_sum_rows(kernel, ins[0], out):
+            return
         from .native import sum_rows_params
         params = sum_rows_params(ins[0], out)
         if params is not None:
@@ -50,6 +53,21 @@ def _attach_gemm(kernel, node, ins, out):
         params = gemm_params(a, b, out)
         if params is not None:
             kernel.native = ("gemm", (a, b, out), params)
+            from .gemm_layout import swapped_steps
+            swapped = swapped_steps(a, b, out)  # x @ W.T with few rows: the faster layout
+            if swapped is not None:
+                kernel.native, kernel.scratch = ("steps", swapped[0]), swapped[1]
+
+
+def _half_gemm(node, ins, out):
+    """A float16 matrix product as float32 BLAS on converted copies (mstrain.graph.half), or None."""
+    if out.dtype != np.float16 or node.prim.name not in ("matmul", "dense_weight_grad"):
+        return None
+    a, b = ins
+    if node.prim.name == "dense_weight_grad" and isinstance(a, np.ndarray):
+        a = a.T
+    from .half import half_gemm
+    return half_gemm(a, b, out)
 
 
 class ResidentChanged(RuntimeError):
@@ -198,7 +216,15 @@ class Executable:
             kernel = host(node, ins, outs)
             if kernel is not None:
                 return kernel
+        if node.prim.name == "bernoulli_mask" and outs and outs[0] is not None:
+            from .dropout import mask_kernel
+            kernel = mask_kernel(node, outs[0])  # eager's stream, drawn in C into the buffer
+            if kernel is not None:
+                return kernel
         if node.shape is not None and outs[0] is not None and not node.prim.mutates:
+            kernel = _half_gemm(node, ins, outs[0])
+            if kernel is not None:
+                return kernel
             kernel = lowering.out_kernel(node, ins, outs[0])
             if kernel is not None:
                 _attach_gemm(kernel, node, ins, outs[0])

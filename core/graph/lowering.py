@@ -172,10 +172,12 @@ _UFUNC_OUT = (  # ufuncs that take `out` positionally
     ("tanh", np.tanh), ("less", np.less), ("less_equal", np.less_equal), ("greater", np.greater),
     ("greater_equal", np.greater_equal), ("equal", np.equal), ("not_equal", np.not_equal),
     ("logical_and", np.logical_and), ("logical_or", np.logical_or), ("logical_not", np.logical_not),
-    ("isfinite", np.isfinite), ("floor_div", np.floor_divide), ("mod", np.mod), ("matmul", np.matmul),
+    ("isfinite", np.isfinite), ("floor_div", np.floor_divide), ("mod", np.mod),
 )
 for _name, _function in _UFUNC_OUT:
     register_rule("lowering", _name)(_ufunc(_function))
+register_rule("lowering", "matmul")(lambda node, ins, out: None if out.dtype == np.float16  # float32 BLAS:
+                                    else _ufunc(np.matmul)(node, ins, out))            # mstrain.graph.half
 register_rule("lowering", "maximum")(_keyword_out(np.maximum))
 register_rule("lowering", "minimum")(_keyword_out(np.minimum))
 register_rule("lowering", "sum")(_ufunc_reduction(np.add))

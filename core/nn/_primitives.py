@@ -13,13 +13,14 @@ import numpy as np
 
 from ..ops import functional as F
 from ..ops.batching import logical_rule
+from ..ops.math import numpy_matmul
 from ..ops.primitive import defop
 
 
 @defop("dense")
 def dense(x, weight, bias):
     """(N, in) @ (out, in).T + (out,) -> (N, out)."""
-    out = np.matmul(x, weight.T)
+    out = numpy_matmul(x, weight.T)
     out += bias
     return out
 
@@ -35,7 +36,7 @@ def _(ctx, g):
 @defop("dense_no_bias")
 def dense_no_bias(x, weight):
     """(N, in) @ (out, in).T -> (N, out)."""
-    return np.matmul(x, weight.T)
+    return numpy_matmul(x, weight.T)
 
 
 @dense_no_bias.defvjp
@@ -48,7 +49,7 @@ def _(ctx, g):
 @defop("dense_weight_grad")
 def dense_weight_grad(g, x):
     """(N, out).T @ (N, in) -> (out, in): the weight gradient of `dense`, contiguous."""
-    return np.matmul(g.T, x)
+    return numpy_matmul(g.T, x)
 
 
 @dense_weight_grad.defvjp
@@ -69,6 +70,8 @@ dense_weight_grad.defbatch(logical_rule(lambda g, x: F.matmul(F.swapaxes(g, -1, 
 @dense.deflowering
 @dense_no_bias.deflowering
 def _dense_into(node, ins, out):
+    if out.dtype == np.float16:
+        return None  # the impl's float32 product (numpy's own float16 matmul is a scalar loop)
     x, weight = ins[0], ins[1]
     product = partial(np.matmul, x, weight.T, out)
     if len(ins) == 2:
@@ -79,6 +82,8 @@ def _dense_into(node, ins, out):
 
 @dense_weight_grad.deflowering
 def _dense_weight_grad_into(node, ins, out):
+    if out.dtype == np.float16:
+        return None  # compiled graphs: mstrain.graph.half; else the impl's float32 product
     g, x = ins
     return partial(np.matmul, g.T, x, out)
 

@@ -208,17 +208,40 @@ def _run(prim, inputs, attrs):
     return _eager(prim, inputs, attrs)
 
 
+_new_object = object.__new__
+_ndarray = np.ndarray
+_autograd_state = _autograd.state
+_bfloat16_state = _dtype._Bfloat16State
+
+
+def _arrays(inputs):
+    """The numpy arrays behind the inputs (Tensors unwrapped, constants as they are)."""
+    if len(inputs) == 2:  # most ops: spelled out, a comprehension costs a function call
+        x, y = inputs
+        return (x._data if isinstance(x, Tensor) else x, y._data if isinstance(y, Tensor) else y)
+    return [x._data if isinstance(x, Tensor) else x for x in inputs]
+
+
+def _wrap(array):
+    """Tensor._wrap, inlined: no validation, no copy (this runs once per eager op)."""
+    t = _new_object(Tensor)
+    t._data = array if type(array) is _ndarray or hasattr(type(array), "_mstrain_traced") else np.asarray(array)
+    t._node = None
+    t._index = 0
+    return t
+
+
 def _eager(prim, inputs, attrs):
-    args = [x._data if isinstance(x, Tensor) else x for x in inputs]
-    out = prim.impl(*args, **attrs)
-    if _dtype._Bfloat16State.used:  # bfloat16 data is float32 rounded on every write
+    args = _arrays(inputs)
+    out = prim.impl(*args, **attrs) if attrs else prim.impl(*args)
+    if _bfloat16_state.used:  # bfloat16 data is float32 rounded on every write
         _dtype.round_bfloat16_writes((out,) if prim.num_outputs == 1 else out)
         _dtype.round_bfloat16_writes([args[i] for i in prim.mutates if i < len(args)])
     if prim.num_outputs == 1:
-        result = Tensor._wrap(out)
+        result = _wrap(out)
     else:
-        result = tuple(Tensor._wrap(o) for o in out)
-    if _autograd.state.recording and prim.differentiable:
+        result = tuple(_wrap(o) for o in out)
+    if _autograd_state.recording and prim.differentiable:
         _autograd.record(prim, inputs, attrs, result)
     return result
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from mstrain.errors import ShapeError
 from mstrain.kernels import native_module
+from mstrain.kernels.half import to_float16, to_float32
 
 __all__ = ["available", "graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_csr_softmax", "graph_csr_softmax_backward",
            "graph_gat_attention", "graph_gat_attention_backward", "row_reduce"]
@@ -138,13 +139,19 @@ def _compute_dtype(*arrays):
 def _run(name, reference, indexes, floats, out_dtype, scalars=()):
     """Run kernel `name` (C++ when available for these arrays, else numpy) in its compute dtype."""
     compute = _compute_dtype(*floats)
-    floats = [np.ascontiguousarray(a, dtype=compute) for a in floats]
+    floats = [to_float32(a) if a.dtype == np.float16 else np.ascontiguousarray(a, dtype=compute) for a in floats]
     arrays = list(indexes) + floats
     native = _native(name, *arrays) if compute in _NATIVE_DTYPES else None
     out = native(*arrays, *scalars) if native is not None else reference(*arrays, *scalars)
     if isinstance(out, tuple):
-        return tuple(o if o.dtype == out_dtype else o.astype(out_dtype) for o in out)
-    return out if out.dtype == out_dtype else out.astype(out_dtype)
+        return tuple(_as_dtype(o, out_dtype) for o in out)
+    return _as_dtype(out, out_dtype)
+
+
+def _as_dtype(array, dtype):
+    if array.dtype == dtype:
+        return array
+    return to_float16(array) if dtype == np.float16 and array.dtype == np.float32 else array.astype(dtype)
 
 
 def graph_spmm(indptr, indices, values, dense):

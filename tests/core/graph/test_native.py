@@ -74,3 +74,24 @@ def test_loop_in_c_equals_one_step_at_a_time():
     (entry,) = one_by_one.compiled_calls()
     assert entry.executable.native().python_calls == 0  # every kernel of this step runs in C
     assert np.isfinite(one_by_one.step_seconds).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_few_rows_times_a_transposed_weight_swaps_layout_with_numpys_bits(dtype):
+    from mstrain.graph.gemm_layout import swapped_steps
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((32, 784)).astype(dtype)
+    weight = rng.standard_normal((128, 784)).astype(dtype)
+    out = np.zeros((32, 128), dtype)
+    runtime()
+    steps, scratch = swapped_steps(x, weight.T, out)
+
+    class Kernel:
+        native = ("steps", steps)
+
+        def __call__(self):
+            raise AssertionError("runs in C")
+    NativeProgram([Kernel()]).run()
+    np.testing.assert_array_equal(out, x @ weight.T)
+    assert swapped_steps(weight.T.copy(), x.T.copy(), np.zeros((784, 784), dtype)) is None   # many rows
+    assert swapped_steps(x, weight.T.copy(), out) is None                                   # b not transposed

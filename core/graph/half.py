@@ -1,0 +1,157 @@
+"""float16 matrix products in compiled graphs: float32 BLAS on converted copies.
+
+BLAS has no float16 and numpy's own float16 matmul is a scalar loop (tens of times slower than
+sgemm). A float16 product `out = a @ b` therefore runs as: convert a and b into float32 scratch
+buffers laid out like them (so a transposed view stays a transposed operand), one sgemm into a
+float32 scratch, and one rounding of the result to float16. Products accumulate in float32, as
+numpy's float16 matmul does (its sum only runs in another order), and eager runs the same
+float32 product (`mstrain.ops.math`), so compiled and eager results are equal.
+
+The scratch buffers are allocated once when the graph is bound. In the C step runner the four
+pieces are C calls (two conversions, numpy's sgemm, one conversion back); from Python the same
+work is numpy copies and a float32 matmul into the same buffers. The conversions are exact (round
+to nearest even) and branch-free (see codegen.HALF_HELPERS), with numpy's results bit for bit.
+"""
+import ctypes
+import numpy as np
+
+from . import build as _build
+from .codegen import HALF_HELPERS
+
+_SOURCE = r"""#include <cstdint>
+#include <cstring>
+""" + HALF_HELPERS + r"""
+/* p = {float16 source, float destination}; n = {count} */
+extern "C" void ms_half_to_float(void** p, const int64_t* n) {
+  const uint16_t* x = static_cast<const uint16_t*>(p[0]);
+  float* y = static_cast<float*>(p[1]);
+  #pragma omp simd
+  for (int64_t j = 0; j < n[0]; ++j) y[j] = ms_h2f(x[j]);
+}
+
+/* p = {float source, float16 destination}; n = {count} */
+/* p = {x, out}; n = {rows, cols}: out[j] = x[0][j] + x[1][j] + ... row after row, each sum
+   rounded to float16, as numpy's add.reduce over leading axes adds float16 rows */
+extern "C" void ms_half_sum_rows(void** p, const int64_t* n) {
+  const uint16_t* x = static_cast<const uint16_t*>(p[0]);
+  uint16_t* out = static_cast<uint16_t*>(p[1]);
+  const int64_t rows = n[0], cols = n[1];
+  for (int64_t j = 0; j < cols; ++j) out[j] = x[j];
+  for (int64_t i = 1; i < rows; ++i) {
+    const uint16_t* row = x + i * cols;
+    #pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) out[j] = ms_f2h(ms_h2f(out[j]) + ms_h2f(row[j]));
+  }
+}
+
+extern "C" void ms_float_to_half(void** p, const int64_t* n) {
+  const float* x = static_cast<const float*>(p[0]);
+  uint16_t* y = static_cast<uint16_t*>(p[1]);
+  #pragma omp simd
+  for (int64_t j = 0; j < n[0]; ++j) y[j] = ms_f2h(x[j]);
+}
+"""
+
+
+class _Converters:
+    loaded = None  # (half_to_float, float_to_half, half_sum_rows) ctypes functions, or False
+
+
+def converters():
+    """The C functions (compiled once): (half_to_float, float_to_half, half_sum_rows), or None
+    without a compiler."""
+    if _Converters.loaded is None:
+        try:
+            _Converters.loaded = tuple(_build.load(_SOURCE, name) for name in
+                                       ("ms_half_to_float", "ms_float_to_half", "ms_half_sum_rows"))
+        except (OSError, _build.KernelBuildError):
+            _Converters.loaded = False
+    return _Converters.loaded or None
+
+
+def _dense_span(array):
+    """The element count of the memory block `array` covers when it covers one without gaps and
+    with non-negative strides (a contiguous array or a transposed one), else None."""
+    if any(s < 0 for s in array.strides):
+        return None
+    span = 1 + sum((n - 1) * (s // array.itemsize) for n, s in zip(array.shape, array.strides) if n > 0)
+    return span if span == array.size and all(s % array.itemsize == 0 for s in array.strides) else None
+
+
+def _scratch_like(array):
+    """A float32 array with `array`'s element strides over a block of its own (flat, view)."""
+    span = _dense_span(array)
+    if span is None:
+        view = np.zeros(array.shape, np.float32)
+        return None, view
+    flat = np.zeros(span, np.float32)
+    strides = tuple(s // array.itemsize * 4 for s in array.strides)
+    return flat, np.lib.stride_tricks.as_strided(flat, array.shape, strides)
+
+
+class HalfGemm:
+    """A kernel computing the float16 `out = a @ b` through float32 scratch (module docstring)."""
+
+    def __init__(self, a, b, out):
+        self.a, self.b, self.out = a, b, out
+        self.a_flat, self.a32 = _scratch_like(a)
+        self.b_flat, self.b32 = _scratch_like(b)
+        self.c_flat, self.c32 = _scratch_like(out)
+        self.native = self._native_steps()
+
+    def __call__(self):
+        np.copyto(self.a32, self.a)
+        np.copyto(self.b32, self.b)
+        np.matmul(self.a32, self.b32, self.c32)
+        np.copyto(self.out, self.c32, casting="same_kind")
+
+    def _native_steps(self):
+        from . import native
+        library = native.runtime()
+        functions = converters()
+        if library is None or native._Runtime.gemm is None or functions is None or \
+                any(flat is None for flat in (self.a_flat, self.b_flat, self.c_flat)):
+            return None
+        params = native.gemm_params(self.a32, self.b32, self.c32)
+        if params is None:
+            return None
+        half_to_float, float_to_half, _ = functions
+        steps = [self._call(half_to_float, [self.a.ctypes.data, self.a_flat.ctypes.data], [self.a_flat.size]),
+                 self._call(half_to_float, [self.b.ctypes.data, self.b_flat.ctypes.data], [self.b_flat.size]),
+                 self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params),
+                 self._call(float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data], [self.c_flat.size])]
+        return ("steps", steps)
+
+    @staticmethod
+    def _call(function, addresses, params):
+        pointers = (ctypes.c_void_p * len(addresses))(*addresses)
+        values = (ctypes.c_int64 * len(params))(*params)
+        return (function, pointers, values)
+
+
+def attach_half_sum_rows(kernel, x, out):
+    """Give the float16 sum over leading axes `kernel` (numpy's add.reduce) its C form: the same
+    row-by-row float16 additions. Returns whether it did."""
+    functions = converters()
+    if functions is None or x.dtype != np.float16 or out.dtype != np.float16 or not x.flags.c_contiguous:
+        return False
+    if not out.flags.c_contiguous or out.ndim == 0 or x.ndim == out.ndim or x.shape[x.ndim - out.ndim:] != out.shape:
+        return False
+    cols = out.size
+    rows = x.size // max(cols, 1)
+    if rows < 1 or cols < 1:
+        return False
+    kernel.native = ("steps", [HalfGemm._call(functions[2], [x.ctypes.data, out.ctypes.data], [rows, cols])])
+    return True
+
+
+def half_gemm(a, b, out):
+    """A HalfGemm kernel for the float16 product a @ b -> out, or None for other dtypes or shapes."""
+    if not all(isinstance(x, np.ndarray) and x.dtype == np.float16 for x in (a, b, out)):
+        return None
+    if a.ndim < 2 or b.ndim < 2 or _dense_span(out) is None:
+        return None
+    return HalfGemm(a, b, out)
+
+
+__all__ = ["HalfGemm", "half_gemm", "attach_half_sum_rows", "converters"]

@@ -1,0 +1,115 @@
+"""float16 in compiled graphs: exact conversions, products as float32 BLAS, float16 sums over
+rows, lone float16 ops as generated kernels; each against its numpy reference."""
+import shutil
+
+import numpy as np
+import pytest
+
+from mstrain import ops
+from mstrain.graph import compile_graph
+from mstrain.graph.half import HalfGemm, attach_half_sum_rows, converters, half_gemm
+from mstrain.graph.native import NativeProgram
+from mstrain.ops.math import numpy_matmul
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+
+
+def _run_native(kernel):
+    assert kernel.native is not None
+    NativeProgram([kernel]).run()
+
+
+def _call(function, *arrays, params):
+    import ctypes
+    pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+    values = (ctypes.c_int64 * len(params))(*params)
+    function(ctypes.addressof(pointers), ctypes.addressof(values))
+
+
+def test_conversions_are_numpys_bit_for_bit():
+    half_to_float, float_to_half, _ = converters()
+    every_half = np.arange(65536, dtype=np.uint16)
+    as_float = np.zeros(65536, np.float32)
+    _call(half_to_float, every_half, as_float, params=[65536])
+    want = every_half.view(np.float16).astype(np.float32)
+    finite = ~np.isnan(want)
+    np.testing.assert_array_equal(as_float[finite].view(np.uint32), want[finite].view(np.uint32))
+    assert np.isnan(as_float[~finite]).all()
+    rng = np.random.default_rng(0)
+    floats = np.concatenate([rng.integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                             rng.standard_normal(50_000).astype(np.float32) * 1e-5,      # subnormal halves
+                             rng.standard_normal(50_000).astype(np.float32) * 7e4,       # overflow to inf
+                             want[finite], np.float32([65504, 65519.99, 65520, 2.98e-8, 2.9802322e-08])])
+    halves = np.zeros(floats.size, np.uint16)
+    _call(float_to_half, floats, halves, params=[floats.size])
+    with np.errstate(all="ignore"):
+        reference = floats.astype(np.float16)
+    finite = ~np.isnan(reference)
+    np.testing.assert_array_equal(halves[finite], reference.view(np.uint16)[finite])
+    assert np.isnan(halves.view(np.float16)[~finite]).all()
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, False), (False, True)])
+def test_half_gemm_is_the_float32_product_rounded_once(transpose_a, transpose_b):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((40, 23)).astype(np.float16)
+    b = rng.standard_normal((23, 9)).astype(np.float16)
+    a = np.ascontiguousarray(a.T).T if transpose_a else a    # a transposed view of a contiguous block
+    b = np.ascontiguousarray(b.T).T if transpose_b else b
+    want = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+    out = np.zeros((40, 9), np.float16)
+    kernel = half_gemm(a, b, out)
+    kernel()                                                  # from Python
+    np.testing.assert_array_equal(out, want)
+    out[...] = 0
+    _run_native(kernel)                                       # in the C step runner
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(numpy_matmul(a, b), want)  # eager's product is the same
+    # numpy's own float16 matmul also accumulates in float32: equal up to the order of the sum
+    np.testing.assert_allclose(out.astype(np.float32), (a @ b).astype(np.float32), rtol=2e-3, atol=2e-2)
+
+
+def test_half_gemm_only_takes_float16():
+    a = np.ones((3, 4), np.float32)
+    assert half_gemm(a, np.ones((4, 2), np.float32), np.zeros((3, 2), np.float32)) is None
+    kernel = HalfGemm(np.ones((3, 4), np.float16), np.ones((4, 2), np.float16), np.zeros((3, 2), np.float16))
+    kernel()
+    np.testing.assert_array_equal(kernel.out, np.full((3, 2), 4, np.float16))
+
+
+def test_half_sum_rows_adds_rows_as_numpy_does():
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((300, 24)) * 30).astype(np.float16)
+    out = np.zeros(24, np.float16)
+
+    class Kernel:
+        def __call__(self):
+            raise AssertionError("runs in C")
+    kernel = Kernel()
+    assert attach_half_sum_rows(kernel, x, out)
+    _run_native(kernel)
+    np.testing.assert_array_equal(out, np.add.reduce(x, axis=0))
+    assert not attach_half_sum_rows(Kernel(), x.astype(np.float32), out.astype(np.float32))
+
+
+def test_float16_graph_products_sums_and_lone_ops_equal_eager(trace_graph):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 48)).astype(np.float16)
+    w = rng.standard_normal((48, 32)).astype(np.float16)
+
+    def step(x, w):
+        h = ops.matmul(x, w)
+        grad_w = ops.matmul(ops.transpose(x, (1, 0)), h)     # a transposed operand
+        return h * 3.0, grad_w, ops.sum(h, 0)
+
+    graph = trace_graph(step, x, w)
+    fused, run = compile_graph(graph, fusion=True)
+    h = numpy_matmul(x, w)
+    want = [h * np.float16(3.0), numpy_matmul(x.T, h), np.add.reduce(h, axis=0)]
+    for _ in range(2):
+        got = run.run([x, w])
+        for g, e in zip(got, want):
+            assert g.dtype == np.float16
+            np.testing.assert_array_equal(g, e)
+    program = run.native()
+    assert program is not None and program.python_calls == 0
