@@ -216,11 +216,6 @@ class Executable:
             kernel = host(node, ins, outs)
             if kernel is not None:
                 return kernel
-        if node.prim.name == "bernoulli_mask" and outs and outs[0] is not None:
-            from .dropout import mask_kernel
-            kernel = mask_kernel(node, outs[0])  # eager's stream, drawn in C into the buffer
-            if kernel is not None:
-                return kernel
         if node.shape is not None and outs[0] is not None and not node.prim.mutates:
             kernel = _half_gemm(node, ins, outs[0])
             if kernel is not None:

@@ -187,6 +187,13 @@ register_rule("lowering", "prod")(_ufunc_reduction(np.multiply))
 register_rule("lowering", "div")(_float_divide)
 
 
+@register_rule("lowering", "bernoulli_mask")
+def _bernoulli_mask_into(node, ins, out):
+    """Eager's stream, drawn in C straight into the buffer (mstrain.graph.dropout); None: the impl."""
+    from .dropout import mask_kernel
+    return mask_kernel(node, out)
+
+
 def out_kernel(node, ins, out):
     """A callable computing `node` into `out` with no allocation, or None when there is no entry."""
     build = node.prim.lowering
