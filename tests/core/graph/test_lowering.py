@@ -58,7 +58,8 @@ def _case(key):
     return ([A, B] if prim.num_inputs == 2 else [A]), {}
 
 
-LOWERED = {name for name, prim in primitive.REGISTRY.items() if prim.lowering is not None}
+# stateful ops draw from a generator: their kernels are compared with eager draws in test_dropout_native
+LOWERED = {name for name, prim in primitive.REGISTRY.items() if prim.lowering is not None and not prim.stateful}
 KEYS = sorted(LOWERED - {"sum", "mean", "max", "min", "prod"}) + \
     [k for k in CASES if ":" in k]
 
