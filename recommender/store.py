@@ -21,6 +21,7 @@ the training of one whole in-memory table, for any capacity >= the batch's disti
 thread while the current step computes; `make_resident(next_ids)` then takes them from there
 (`EmbeddingPrefetch` does this for every batch of a dataset in sink mode).
 """
+import collections
 import threading
 
 import numpy as np
@@ -34,6 +35,10 @@ from mstrain.train.callback import Callback
 from .row_store import RowStore
 
 __all__ = ["RowStore", "CachedEmbeddingLookup", "CacheStatistics", "EmbeddingCacheMonitor"]
+
+# Announced batches kept (references to the pipeline's own arrays, no copies): a sink takes all its
+# batches before its first step, so the pipeline may run a whole sink (plus its queues) ahead.
+_UPCOMING_BATCHES = 1 << 16
 
 
 class CacheStatistics:
@@ -60,6 +65,13 @@ def _initial_rows(param_init, dim):
         array = param_init.asnumpy() if isinstance(param_init, Tensor) else param_init
         return lambda start, stop: array[start:stop]
     return lambda start, stop: initializer(param_init, (stop - start, dim)).asnumpy()
+
+
+def _joined(parts):
+    """The flat ids of an announced batch (its parts joined along axis 1)."""
+    if len(parts) == 1:
+        return parts[0].reshape(-1)
+    return np.concatenate([p.reshape(len(p), -1) for p in parts], axis=1).reshape(-1)
 
 
 class CachedEmbeddingLookup(nn.Cell):
@@ -92,6 +104,7 @@ class CachedEmbeddingLookup(nn.Cell):
         self.statistics = CacheStatistics()
         self._states = []  # (state Parameter shaped like the cache, store table name)
         self._staging = None  # (thread, rows, {table name: rows read}) of a prefetch
+        self._upcoming = collections.deque(maxlen=_UPCOMING_BATCHES)  # ids the data pipeline announced
 
     # -- optimizer state ------------------------------------------------------------------------
     def attach_optimizer(self, optimizer):
@@ -185,6 +198,24 @@ class CachedEmbeddingLookup(nn.Cell):
         thread.start()
         self._staging = (thread, rows, staged)
 
+    def announce(self, *parts):
+        """Tell the table that a batch is coming whose ids are `parts` joined along axis 1 (the
+        data pipeline calls this as it produces batches, in order, possibly from another thread;
+        see `prefetch_rows`; the arrays are kept, not copied). When `make_resident` gets an
+        announced batch, it prefetches the rows of the batch announced after it while the step
+        computes."""
+        self._upcoming.append(tuple(np.asarray(p) for p in parts))
+
+    def _announced_after(self, flat):
+        """The ids announced right after the batch `flat` (dropping it and anything before), or None."""
+        upcoming = self._upcoming
+        for k, parts in enumerate(list(upcoming)):
+            if sum(p.size for p in parts) == flat.size and np.array_equal(_joined(parts), flat):
+                for _ in range(k + 1):
+                    upcoming.popleft()
+                return _joined(upcoming[0]) if upcoming else None
+        return None  # not an announced batch (an evaluation batch, a direct call): nothing to stage
+
     def _finish_staging(self):
         """(rows, {table: values}) staged by the last prefetch (waiting for it), or None."""
         if self._staging is None:
@@ -216,6 +247,9 @@ class CachedEmbeddingLookup(nn.Cell):
         slots = self.slots_of(unique)
         self.last_use[slots] = self.clock
         self.use_count[slots] += 1
+        upcoming = self._announced_after(flat) if self._upcoming else None
+        if upcoming is not None:
+            self.prefetch(upcoming)
         out = np.full(flat.shape, -1, np.int64)
         out[inside] = self.slots_of(flat[inside])
         return out.reshape(ids.shape)
