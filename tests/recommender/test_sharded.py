@@ -50,7 +50,25 @@ def test_sharded_training_equals_one_whole_table(tmp_path, whole, ranks):
     np.testing.assert_allclose(got["losses"], whole["losses"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(got["table"], whole["table"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(got["head"], whole["head"], rtol=0, atol=1e-6)
-    assert (got["bytes"] > 0).all() == (ranks > 1)
+    np.testing.assert_array_equal(got["bytes"], _analytic_bytes(ranks))
+
+
+def _analytic_bytes(ranks):
+    """(forward, backward) bytes all ranks send over the run: every distinct id of a rank's batch
+    owned by another rank (R of them) costs 8 bytes of id and 4 * DIM of row forward, 4 * DIM of
+    gradient backward; each all-to-all sends 8 bytes of row count to every other rank first."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    from sharded_train import BATCH, DIM, data
+    _, ids, _ = data()
+    if ranks == 1:
+        return np.zeros(2)
+    per_rank, remote = BATCH // ranks, 0
+    for step_ids in ids:
+        for rank in range(ranks):
+            unique = np.unique(step_ids[rank * per_rank:(rank + 1) * per_rank])
+            remote += np.count_nonzero(unique % ranks != rank)
+    headers = 8 * ranks * (ranks - 1) * len(ids)
+    return np.array([(8 + 4 * DIM) * remote + 2 * headers, 4 * DIM * remote + headers], np.float64)
 
 
 def test_widedeep_job_with_sharded_tables_on_two_ranks(tmp_path, repo_root):

@@ -15,7 +15,7 @@ from mstrain import Tensor, nn  # noqa: E402
 from mstrain import communication as comm  # noqa: E402
 from mstrain.recommender.sharded import ShardedEmbeddingLookup, ShardedTrainStep  # noqa: E402
 from mstrain.recommender.sharded_checkpoint import load_sharded_table, save_sharded_table  # noqa: E402
-from sharded_train import BATCH, DIM, FIELDS, ROWS, STEPS, Net  # noqa: E402
+from sharded_train import BATCH, DIM, FIELDS, ROWS, STEPS, Net, data  # noqa: E402
 
 HALF = STEPS // 2
 
@@ -24,10 +24,7 @@ def main():
     out, ckpt, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     comm.init()
     rank, ranks = comm.get_rank(), comm.get_group_size()
-    rng = np.random.default_rng(0)  # the data and initial table of sharded_train.py
-    init = rng.normal(scale=0.1, size=(ROWS, DIM)).astype(np.float32)
-    ids = ((rng.zipf(1.2, size=(STEPS, BATCH, FIELDS)) - 1) % ROWS).astype(np.int32)
-    ys = rng.normal(size=(STEPS, BATCH)).astype(np.float32)
+    init, ids, ys = data()
     embedding = ShardedEmbeddingLookup(ROWS, DIM, max_batch_ids=BATCH * FIELDS,
                                        param_init=init if mode == "save" else "zeros")
     net = Net(embedding)
