@@ -96,9 +96,10 @@ class CachedEmbeddingLookup(nn.Cell):
         self.embedding_table = Parameter(Tensor(np.zeros((self.capacity, self.embedding_size), np.float32)),
                                          name="embedding_table")
         self._slot_plus_one = np.zeros(self.vocab_size, np.int32)  # 0: not cached; 4 bytes per table row
-        self.row_of_slot = np.zeros(self.capacity, np.int64)  # valid for slots < self.filled
-        self.last_use = np.zeros(self.capacity, np.int64)
-        self.use_count = np.zeros(self.capacity, np.int64)
+        row_type = np.int32 if self.vocab_size < 2 ** 31 else np.int64
+        self.row_of_slot = np.zeros(self.capacity, row_type)  # valid for slots < self.filled
+        self.last_use = np.zeros(self.capacity, np.int32)  # the step clock: 2**31 steps are far away
+        self.use_count = np.zeros(self.capacity, np.int32)
         self.filled = 0  # slots [0, filled) hold rows; a slot, once filled, stays filled
         self.clock = 0
         self.statistics = CacheStatistics()
