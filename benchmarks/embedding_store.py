@@ -52,11 +52,6 @@ def _memory_mb():
     return out
 
 
-def _level1_mb(table):
-    arrays = [table.embedding_table.asnumpy(), table.row_of_slot, table.last_use, table.use_count]
-    return round((sum(a.nbytes for a in arrays) + table.vocab_size * 4) / 2 ** 20, 1)
-
-
 def _run(rows, fraction, warm_steps, steps, folder, seed):
     import numpy as np
     from mstrain import Tensor, nn
@@ -99,7 +94,7 @@ def _run(rows, fraction, warm_steps, steps, folder, seed):
                   timed_steps=steps, rows_in_per_step=round((end["rows_in"] - warm["rows_in"]) / steps, 1),
                   rows_out_per_step=round((end["rows_out"] - warm["rows_out"]) / steps, 1),
                   **_memory_mb(), max_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                  level1_mb=_level1_mb(table), table_file_mb=round(disk.st_size / 2 ** 20, 1),
+                  level1_mb=round(table.level1_nbytes / 2 ** 20, 1), table_file_mb=round(disk.st_size / 2 ** 20, 1),
                   table_disk_mb=round(disk.st_blocks * 512 / 2 ** 20, 1))
 
 

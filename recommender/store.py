@@ -34,7 +34,7 @@ from mstrain.train.callback import Callback
 
 from .row_store import RowStore
 
-__all__ = ["RowStore", "CachedEmbeddingLookup", "CacheStatistics", "EmbeddingCacheMonitor"]
+__all__ = ["RowStore", "CachedEmbeddingLookup", "CacheStatistics", "EmbeddingCacheMonitor", "level1_bytes"]
 
 # Announced batches kept (references to the pipeline's own arrays, no copies): a sink takes all its
 # batches before its first step, so the pipeline may run a whole sink (plus its queues) ahead.
@@ -65,6 +65,14 @@ def _initial_rows(param_init, dim):
         array = param_init.asnumpy() if isinstance(param_init, Tensor) else param_init
         return lambda start, stop: array[start:stop]
     return lambda start, stop: initializer(param_init, (stop - start, dim)).asnumpy()
+
+
+def level1_bytes(vocab_size, capacity, row_bytes):
+    """Level-1 bytes of a CachedEmbeddingLookup of `vocab_size` rows caching `capacity` of them,
+    each cached row `row_bytes` with its optimizer state: the rows, a 4-byte slot per table row,
+    and per slot its row id (4 bytes, 8 beyond 2**31 rows) and two 4-byte clocks."""
+    row_id = 4 if vocab_size < 2 ** 31 else 8
+    return capacity * (row_bytes + row_id + 8) + vocab_size * 4
 
 
 def _joined(parts):
@@ -286,6 +294,14 @@ class CachedEmbeddingLookup(nn.Cell):
         out[inside[~cached]] = self.store.tables["values"].read(flat[inside[~cached]])
         out[inside[cached]] = self.embedding_table.asnumpy()[slots[cached]]
         return out.reshape(np.shape(ids) + (self.embedding_size,))
+
+    @property
+    def level1_nbytes(self):
+        """Bytes of level 1: the cached rows with their optimizer state, the id -> slot map and
+        the per-slot row ids and clocks (`level1_bytes` of this table)."""
+        arrays = [param.asnumpy() for param, _ in self._pairs()]
+        arrays += [self._slot_plus_one, self.row_of_slot, self.last_use, self.use_count]
+        return sum(a.nbytes for a in arrays)
 
     # -- the whole table ------------------------------------------------------------------------
     def flush(self):
