@@ -3,7 +3,7 @@ issue's 100M-row, 6.4 GB table) kept on disk (level 3, read and written with pre
 a hot-row cache of 1%, 5% and 20% of the rows, trained with SGD (no optimizer state, so the store
 is the table itself) on batches of 1024 x 26 Zipf(1.1) ids hashed over the whole table.
 
-    PYTHONPATH=. python benchmarks/embedding_store.py [--rows 10000000] [--warm-steps 300] [--steps 40]
+    PYTHONPATH=. python benchmarks/embedding_store.py [--rows 10000000] [--warm-steps 300] [--steps 40] [--prefetch]
 
 Each cache size runs in its own process (so its peak memory is its own): first --warm-steps
 batches are only made resident (the cache fills and starts evicting as training would; no
@@ -12,6 +12,8 @@ step after the first WARMUP timed steps), the hit rate of the timed steps (a war
 swapped in per step, and the process's memory: rss_mb now (VmRSS: anonymous + file pages mapped),
 its anonymous and file parts, the peak (ru_maxrss), the level-1 arrays (cache, slot map, LRU
 clocks) and the table file's logical size and the disk blocks it holds (the file is sparse).
+With --prefetch (modes cache_<f>_prefetch) each batch is announced before the step before it, so
+that step stages its missing rows in a background thread (rows_staged_per_step).
 """
 import argparse
 import json
@@ -52,7 +54,7 @@ def _memory_mb():
     return out
 
 
-def _run(rows, fraction, warm_steps, steps, folder, seed):
+def _run(rows, fraction, warm_steps, steps, folder, seed, prefetch):
     import numpy as np
     from mstrain import Tensor, nn
     from mstrain.recommender.store import CachedEmbeddingLookup
@@ -79,17 +81,25 @@ def _run(rows, fraction, warm_steps, steps, folder, seed):
     warm_seconds = time.perf_counter() - begin
     warm = dict(table.statistics.as_dict())
     seconds = []
+    upcoming = _batch(rng, rows)
+    if prefetch:  # as prefetch_rows does from the data pipeline: each batch is announced ahead
+        table.announce(upcoming[0])
     for _ in range(steps):
-        ids, y = _batch(rng, rows)
+        ids, y = upcoming
+        upcoming = _batch(rng, rows)
+        if prefetch:
+            table.announce(upcoming[0])
         begin = time.perf_counter()
         step(Tensor(ids), Tensor(y))
         seconds.append(time.perf_counter() - begin)
     end = table.statistics.as_dict()
     hits, misses = end["hits"] - warm["hits"], end["misses"] - warm["misses"]
     disk = os.stat(folder / "values.f32")
-    return record("store", "embedding-store", f"cache_{fraction:g}", "train_samples_per_s",
+    return record("store", "embedding-store", f"cache_{fraction:g}" + ("_prefetch" if prefetch else ""),
+                  "train_samples_per_s",
                   BATCH / statistics.median(seconds[WARMUP:]), "hit_rate", round(hits / max(hits + misses, 1), 4),
                   rows=rows, dim=DIM, cache_rows=capacity, level="disk (pread/pwrite)",
+                  prefetch=prefetch, rows_staged_per_step=round((end["rows_staged"] - warm["rows_staged"]) / steps, 1),
                   warm_steps=warm_steps, warm_hit_rate=warm["hit_rate"], warm_seconds=round(warm_seconds, 1),
                   timed_steps=steps, rows_in_per_step=round((end["rows_in"] - warm["rows_in"]) / steps, 1),
                   rows_out_per_step=round((end["rows_out"] - warm["rows_out"]) / steps, 1),
@@ -102,6 +112,7 @@ def _child(args, fraction, folder):
     """Run one cache size in a fresh process; its JSON line."""
     cmd = [sys.executable, __file__, "--rows", str(args.rows), "--warm-steps", str(args.warm_steps),
            "--steps", str(args.steps), "--seed", str(args.seed), "--one", str(fraction), "--dir", str(folder)]
+    cmd += ["--prefetch"] if args.prefetch else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -117,11 +128,13 @@ def main(argv=None):
     parser.add_argument("--fractions", default="0.01,0.05,0.2", help="cache sizes as fractions of the rows")
     parser.add_argument("--dir", default=None, help="directory for the table files (default: a temp dir)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prefetch", action="store_true",
+                        help="announce each batch ahead, so the next batch's missing rows are read during the step")
     parser.add_argument("--one", type=float, default=None, help=argparse.SUPPRESS)  # a child: one cache size
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     if args.one is not None:
-        emit(_run(args.rows, args.one, args.warm_steps, args.steps, Path(args.dir), args.seed))
+        emit(_run(args.rows, args.one, args.warm_steps, args.steps, Path(args.dir), args.seed, args.prefetch))
         return 0
     root = Path(args.dir or tempfile.mkdtemp(prefix="mstrain_store_"))
     try:
