@@ -17,9 +17,11 @@ the least frequently used (`lfu`, ties by recency) rows among those the batch do
 optimizer that updates only a RowTensor's rows (LazyAdam, FTRL, Adagrad, SGD) then gives exactly
 the training of one whole in-memory table, for any capacity >= the batch's distinct ids.
 
-`prefetch(next_ids)` reads the rows the next batch will miss from the store in a background
-thread while the current step computes; `make_resident(next_ids)` then takes them from there
-(`EmbeddingPrefetch` does this for every batch of a dataset in sink mode).
+Evicted rows are written back by a background thread while the step computes; when the data
+pipeline has announced the next batch (`announce`, done by `prefetch.prefetch_rows` for every
+batch of a dataset, sink mode included), the same thread then reads the rows that batch will miss
+into a staging area, which the next `make_resident` takes them from. Rows outside the cache
+change only through those write-backs, which run first, so staged rows are always current.
 """
 import collections
 import threading
@@ -112,7 +114,8 @@ class CachedEmbeddingLookup(nn.Cell):
         self.clock = 0
         self.statistics = CacheStatistics()
         self._states = []  # (state Parameter shaped like the cache, store table name)
-        self._staging = None  # (thread, rows, {table name: rows read}) of a prefetch
+        self._background = None  # (thread, outcome) of the write-back and staging read in flight
+        self._staged = None  # (rows, {table name: their rows}) read by the last prefetch, for make_resident
         self._upcoming = collections.deque(maxlen=_UPCOMING_BATCHES)  # ids the data pipeline announced
 
     # -- optimizer state ------------------------------------------------------------------------
@@ -164,10 +167,14 @@ class CachedEmbeddingLookup(nn.Cell):
     def _pairs(self):
         return [(self.embedding_table, "values")] + self._states
 
-    def _write_back(self, slots, rows):
-        for param, name in self._pairs():
-            self.store.tables[name].write(rows, param.asnumpy()[slots])
+    def _evicted(self, slots, rows):
+        """[(store table, rows, their values)] to write back for `slots` (copies: the slots are refilled)."""
         self.statistics.bytes_moved += rows.size * self.embedding_size * 4 * len(self._pairs())
+        return [(self.store.tables[name], rows, param.asnumpy()[slots]) for param, name in self._pairs()]
+
+    def _write_back(self, slots, rows):
+        for table, table_rows, values in self._evicted(slots, rows):
+            table.write(table_rows, values)
 
     def _swap_in(self, slots, rows, staged):
         """Fill `slots` with store rows `rows`, taking those a prefetch staged from `staged`."""
@@ -192,20 +199,49 @@ class CachedEmbeddingLookup(nn.Cell):
         those of `ids` that are not cached now, so that the next `make_resident` takes them from
         there instead of the slow level. Rows not cached stay unchanged in the store until the
         next `make_resident` (only it swaps rows), so staged rows are always current."""
-        self._finish_staging()
+        self._finish_background()
+        self._start_background([], self._uncached(ids))
+
+    def _uncached(self, ids):
         flat = np.asarray(ids).reshape(-1).astype(np.int64)
         unique = np.unique(flat[(flat >= 0) & (flat < self.vocab_size)])
-        rows = unique[self._slot_plus_one[unique] == 0]
+        return unique[self._slot_plus_one[unique] == 0]
+
+    def _start_background(self, writes, stage_rows):
+        """Write `writes` back, then (with `stage_rows`) read those rows into the staging area, in
+        that order, in one background thread: a row evicted now and needed next is read after its
+        write. `_finish_background` waits for it."""
         tables = {name: self.store.tables[name] for _, name in self._pairs()}
-        staged = {}
+        outcome = {}
 
-        def read():
-            for name, table in tables.items():
-                staged[name] = table.read(rows)
+        def work():
+            try:
+                for table, rows, values in writes:
+                    table.write(rows, values)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by _finish_background
+                outcome["error"] = exc
+                return
+            if stage_rows is not None:
+                try:
+                    outcome["staged"] = (stage_rows, {name: table.read(stage_rows) for name, table in tables.items()})
+                except OSError:
+                    pass  # staging is an optimisation: make_resident reads these rows itself
 
-        thread = threading.Thread(target=read, name="embedding-prefetch", daemon=True)
+        thread = threading.Thread(target=work, name="embedding-store-io", daemon=True)
         thread.start()
-        self._staging = (thread, rows, staged)
+        self._background = (thread, outcome)
+
+    def _finish_background(self):
+        """Wait for the write-back and staging in flight; keep what it staged for make_resident."""
+        if self._background is None:
+            return
+        thread, outcome = self._background
+        self._background = None
+        thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        if "staged" in outcome:
+            self._staged = outcome["staged"]
 
     def announce(self, *parts):
         """Tell the table that a batch is coming whose ids are `parts` joined along axis 1 (the
@@ -225,20 +261,12 @@ class CachedEmbeddingLookup(nn.Cell):
                 return _joined(upcoming[0]) if upcoming else None
         return None  # not an announced batch (an evaluation batch, a direct call): nothing to stage
 
-    def _finish_staging(self):
-        """(rows, {table: values}) staged by the last prefetch (waiting for it), or None."""
-        if self._staging is None:
-            return None
-        thread, rows, staged = self._staging
-        self._staging = None
-        thread.join()
-        if len(staged) != len(self._pairs()):  # the read failed in the thread: read again here
-            return None
-        return rows, staged
-
     def make_resident(self, ids):
-        """Cache slots of `ids` (same shape; -1 for ids outside the table), swapping rows as needed."""
-        staged = self._finish_staging()
+        """Cache slots of `ids` (same shape; -1 for ids outside the table), swapping rows as needed.
+        Evicted rows are written back in a background thread while the step computes (with the
+        staging of the next announced batch's rows after it); the next call waits for it."""
+        self._finish_background()
+        staged, self._staged = self._staged, None
         ids = np.asarray(ids)
         flat = ids.reshape(-1).astype(np.int64)
         inside = (flat >= 0) & (flat < self.vocab_size)
@@ -250,24 +278,25 @@ class CachedEmbeddingLookup(nn.Cell):
         missing = unique[cached < 0]
         self.statistics.hits += int(unique.size - missing.size)
         self.statistics.misses += int(missing.size)
-        if missing.size:
-            self._load(missing, cached[cached >= 0], staged)
+        writes = self._load(missing, cached[cached >= 0], staged) if missing.size else []
         self.clock += 1
         slots = self.slots_of(unique)
         self.last_use[slots] = self.clock
         self.use_count[slots] += 1
         upcoming = self._announced_after(flat) if self._upcoming else None
-        if upcoming is not None:
-            self.prefetch(upcoming)
+        if writes or upcoming is not None:
+            self._start_background(writes, None if upcoming is None else self._uncached(upcoming))
         out = np.full(flat.shape, -1, np.int64)
         out[inside] = self.slots_of(flat[inside])
         return out.reshape(ids.shape)
 
     def _load(self, missing, keep, staged):
+        """Swap `missing` rows in; returns the write-back of the rows they evict (not yet written)."""
         empty, evict = self._victims(missing.size, keep)
+        writes = []
         if evict.size:
             evicted = self.row_of_slot[evict]
-            self._write_back(evict, evicted)
+            writes = self._evicted(evict, evicted)
             self._slot_plus_one[evicted] = 0
             self.statistics.rows_out += int(evicted.size)
         victims = np.concatenate([empty, evict])
@@ -276,6 +305,7 @@ class CachedEmbeddingLookup(nn.Cell):
         self.row_of_slot[victims] = missing
         self.use_count[victims] = 0
         self.statistics.rows_in += int(missing.size)
+        return writes
 
     def construct(self, ids):
         ids = ids.asnumpy() if isinstance(ids, Tensor) else np.asarray(ids)
@@ -286,6 +316,7 @@ class CachedEmbeddingLookup(nn.Cell):
     def read_rows(self, ids):
         """Current rows of `ids` (zero rows outside the table) without caching them (no gradient):
         evaluation batches may hold more distinct ids than the cache."""
+        self._finish_background()  # rows evicted by the last step reach the store first
         flat = np.asarray(ids).reshape(-1).astype(np.int64)
         inside = np.flatnonzero((flat >= 0) & (flat < self.vocab_size))
         out = np.zeros((flat.size, self.embedding_size), np.float32)
@@ -306,7 +337,7 @@ class CachedEmbeddingLookup(nn.Cell):
     # -- the whole table ------------------------------------------------------------------------
     def flush(self):
         """Write every cached row (value and state) back to the store."""
-        self._finish_staging()
+        self._finish_background()
         if self.filled:
             held = np.arange(self.filled)
             self._write_back(held, self.row_of_slot[held])
