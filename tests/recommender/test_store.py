@@ -147,3 +147,29 @@ def test_prefetch_rows_names_a_missing_column():
     data = ds.NumpySlicesDataset({"ids": np.zeros((4, 2), np.int32)}, shuffle=False).batch(2)
     with pytest.raises(ValueError, match="no column 'dense_ids'"):
         prefetch_rows(data, {CachedEmbeddingLookup(10, 2, 4): ("ids", "dense_ids")})
+
+
+def test_rows_evicted_and_needed_next_are_staged_after_their_write_back(tmp_path):
+    # two disjoint batches in turn through a cache that holds one: every step evicts exactly the
+    # rows the next step needs, so the next batch's staging must read them after their write-back
+    init = np.random.default_rng(4).normal(size=(ROWS, DIM)).astype(np.float32)
+    first, second = np.arange(BATCH * FIELDS).reshape(BATCH, FIELDS), np.arange(BATCH * FIELDS, 2 * BATCH * FIELDS)
+    batches = [first, second.reshape(BATCH, FIELDS)] * 6
+    ys = np.random.default_rng(5).normal(size=(len(batches), BATCH)).astype(np.float32)
+    results = []
+    for embedding in (nn.EmbeddingLookup(ROWS, DIM, param_init=init),
+                      CachedEmbeddingLookup(ROWS, DIM, BATCH * FIELDS, param_init=init, disk_dir=str(tmp_path))):
+        optimizer = nn.Adagrad(embedding.trainable_params(), learning_rate=0.1)
+        if isinstance(embedding, CachedEmbeddingLookup):
+            embedding.attach_optimizer(optimizer)
+            for ids in batches:
+                embedding.announce(ids)
+        step = nn.TrainOneStepCell(_Head(embedding), optimizer)
+        losses = [float(step(Tensor(ids.astype(np.int32)), Tensor(y)).asnumpy()) for ids, y in zip(batches, ys)]
+        table = embedding.full_table() if isinstance(embedding, CachedEmbeddingLookup) else \
+            embedding.embedding_table.asnumpy()
+        results.append((losses, np.array(table)))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=0, atol=1e-6)
+    assert embedding.statistics.rows_out == (len(batches) - 1) * BATCH * FIELDS
+    assert embedding.statistics.rows_staged == (len(batches) - 1) * BATCH * FIELDS
