@@ -227,7 +227,7 @@ class CachedEmbeddingLookup(nn.Cell):
                 except OSError:
                     pass  # staging is an optimisation: make_resident reads these rows itself
 
-        thread = threading.Thread(target=work, name="embedding-store-io", daemon=True)
+        thread = threading.Thread(target=work, name="embedding-store-io")  # not a daemon: exit waits for its writes
         thread.start()
         self._background = (thread, outcome)
 
