@@ -63,8 +63,8 @@ class WideDeepModelConfig:
     vocab_cache_size: int = option(0, "rows of each table in the hot-row cache the step trains (0: whole tables "
                                    "in the step; else >= a batch's distinct ids, tables kept in the store)", low=0)
     cache_policy: str = option("lru", "eviction of the hot-row cache", choices=("lru", "lfu"))
-    disk_dir: Optional[str] = option(None, "keep the cached tables and their optimizer state in memory-mapped "
-                                     "files here (level 3) instead of host memory")
+    disk_dir: Optional[str] = option(None, "keep the cached tables and their optimizer state in files here "
+                                     "(level 3, read and written row by row) instead of host memory")
     prefetch_rows: bool = option(True, "with vocab_cache_size: while a step computes, read the rows the next "
                                  "batch misses from the host or disk level (results unchanged)")
     shard_tables: bool = option(False, "shard both tables row-wise over the MPI ranks (run under mpiexec -n N; "
