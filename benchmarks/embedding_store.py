@@ -1,19 +1,27 @@
 """The embedding store at scale: one table of --rows x 16 (default 10M; --rows 100000000 for the
-issue's 100M-row, 6.4 GB table) kept on disk (memory-mapped, level 3) behind a hot-row cache of
-1%, 5% and 20% of the rows, trained with SGD (no optimizer state, so the store is the table
-itself) on batches of 1024 x 26 Zipf(1.1) ids hashed over the whole table.
+issue's 100M-row, 6.4 GB table) kept on disk (level 3, read and written with pread/pwrite) behind
+a hot-row cache of 1%, 5% and 20% of the rows, trained with SGD (no optimizer state, so the store
+is the table itself) on batches of 1024 x 26 Zipf(1.1) ids hashed over the whole table.
 
-    PYTHONPATH=. python benchmarks/embedding_store.py [--rows 10000000] [--steps 40] [--dir /tmp/store]
+    PYTHONPATH=. python benchmarks/embedding_store.py [--rows 10000000] [--warm-steps 300] [--steps 40] [--prefetch]
 
-One JSON line per cache size: samples/s (median step after warm-up), the hit rate over the timed
-steps, rows swapped in per step and the peak resident memory of the process so far (ru_maxrss;
-the sizes run in the order given, smallest first by default).
+Each cache size runs in its own process (so its peak memory is its own): first --warm-steps
+batches are only made resident (the cache fills and starts evicting as training would; no
+compute), then --steps training steps are timed. One JSON line per cache size: samples/s (median
+step after the first WARMUP timed steps), the hit rate of the timed steps (a warm cache), rows
+swapped in per step, and the process's memory: rss_mb now (VmRSS: anonymous + file pages mapped),
+its anonymous and file parts, the peak (ru_maxrss), the level-1 arrays (cache, slot map, LRU
+clocks) and the table file's logical size and the disk blocks it holds (the file is sparse).
+With --prefetch (modes cache_<f>_prefetch) each batch is announced before the step before it, so
+that step stages its missing rows in a background thread (rows_staged_per_step).
 """
 import argparse
+import json
 import os
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,15 +35,26 @@ from _common import REPO, WARMUP, emit, record  # noqa: E402
 FIELDS, BATCH, DIM, ZIPF = 26, 1024, 16, 1.1
 
 
-def _batches(rows, count, seed):
+def _batch(rng, rows):
     import numpy as np
-    rng = np.random.default_rng(seed)
-    zipf = rng.zipf(ZIPF, size=(count, BATCH, FIELDS)).astype(np.int64)
-    ids = ((zipf * 2654435761 + np.arange(FIELDS) * 40503) % rows).astype(np.int64)
-    return ids, rng.normal(size=(count, BATCH)).astype(np.float32)
+    zipf = rng.zipf(ZIPF, size=(BATCH, FIELDS)).astype(np.int64)
+    ids = (zipf * 2654435761 + np.arange(FIELDS) * 40503) % rows
+    return ids, rng.normal(size=BATCH).astype(np.float32)
 
 
-def _run(rows, fraction, steps, folder, seed):
+def _memory_mb():
+    """{rss_mb, rss_anon_mb, rss_file_mb} of this process now (from /proc/self/status)."""
+    keys = {"VmRSS": "rss_mb", "RssAnon": "rss_anon_mb", "RssFile": "rss_file_mb"}
+    out = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            key = line.split(":")[0]
+            if key in keys:
+                out[keys[key]] = round(int(line.split()[1]) / 1024, 1)
+    return out
+
+
+def _run(rows, fraction, warm_steps, steps, folder, seed, prefetch):
     import numpy as np
     from mstrain import Tensor, nn
     from mstrain.recommender.store import CachedEmbeddingLookup
@@ -55,40 +74,76 @@ def _run(rows, fraction, steps, folder, seed):
     optimizer = nn.SGD(table.trainable_params(), learning_rate=0.01)
     table.attach_optimizer(optimizer)
     step = nn.TrainOneStepCell(Loss(), optimizer)
-    ids, ys = _batches(rows, steps, seed)
-    seconds, start_stats = [], None
-    for k in range(steps):
-        if k == WARMUP:
-            start_stats = dict(table.statistics.as_dict())
+    rng = np.random.default_rng(seed)
+    begin = time.perf_counter()
+    for _ in range(warm_steps):
+        table.make_resident(_batch(rng, rows)[0])
+    warm_seconds = time.perf_counter() - begin
+    warm = dict(table.statistics.as_dict())
+    seconds = []
+    upcoming = _batch(rng, rows)
+    if prefetch:  # as prefetch_rows does from the data pipeline: each batch is announced ahead
+        table.announce(upcoming[0])
+    for _ in range(steps):
+        ids, y = upcoming
+        upcoming = _batch(rng, rows)
+        if prefetch:
+            table.announce(upcoming[0])
         begin = time.perf_counter()
-        step(Tensor(ids[k]), Tensor(ys[k]))
+        step(Tensor(ids), Tensor(y))
         seconds.append(time.perf_counter() - begin)
     end = table.statistics.as_dict()
-    hits, misses = end["hits"] - start_stats["hits"], end["misses"] - start_stats["misses"]
-    timed = steps - WARMUP
-    return record("store", "embedding-store", f"cache_{fraction:g}", "train_samples_per_s",
-                  BATCH / statistics.median(seconds[WARMUP:]), "hit_rate", hits / max(hits + misses, 1),
-                  rows=rows, dim=DIM, cache_rows=capacity, level="disk (memory-mapped)",
-                  rows_in_per_step=round((end["rows_in"] - start_stats["rows_in"]) / timed, 1),
-                  max_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                  warmup_steps=WARMUP, timed_steps=timed)
+    hits, misses = end["hits"] - warm["hits"], end["misses"] - warm["misses"]
+    disk = os.stat(folder / "values.f32")
+    return record("store", "embedding-store", f"cache_{fraction:g}" + ("_prefetch" if prefetch else ""),
+                  "train_samples_per_s",
+                  BATCH / statistics.median(seconds[WARMUP:]), "hit_rate", round(hits / max(hits + misses, 1), 4),
+                  rows=rows, dim=DIM, cache_rows=capacity, level="disk (pread/pwrite)",
+                  prefetch=prefetch, rows_staged_per_step=round((end["rows_staged"] - warm["rows_staged"]) / steps, 1),
+                  warm_steps=warm_steps, warm_hit_rate=warm["hit_rate"], warm_seconds=round(warm_seconds, 1),
+                  timed_steps=steps, rows_in_per_step=round((end["rows_in"] - warm["rows_in"]) / steps, 1),
+                  rows_out_per_step=round((end["rows_out"] - warm["rows_out"]) / steps, 1),
+                  **_memory_mb(), max_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                  level1_mb=round(table.level1_nbytes / 2 ** 20, 1), table_file_mb=round(disk.st_size / 2 ** 20, 1),
+                  table_disk_mb=round(disk.st_blocks * 512 / 2 ** 20, 1))
+
+
+def _child(args, fraction, folder):
+    """Run one cache size in a fresh process; its JSON line."""
+    cmd = [sys.executable, __file__, "--rows", str(args.rows), "--warm-steps", str(args.warm_steps),
+           "--steps", str(args.steps), "--seed", str(args.seed), "--one", str(fraction), "--dir", str(folder)]
+    cmd += ["--prefetch"] if args.prefetch else []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"cache {fraction:g} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="embedding store: samples/s and hit rate per cache size")
+    parser = argparse.ArgumentParser(description="embedding store: samples/s, hit rate and memory per cache size")
     parser.add_argument("--rows", type=int, default=10_000_000, help="table rows (default 10M)")
-    parser.add_argument("--steps", type=int, default=40, help="steps per cache size, warm-up included")
+    parser.add_argument("--warm-steps", type=int, default=300, help="batches made resident before timing")
+    parser.add_argument("--steps", type=int, default=40, help="timed training steps per cache size")
     parser.add_argument("--fractions", default="0.01,0.05,0.2", help="cache sizes as fractions of the rows")
-    parser.add_argument("--dir", default=None, help="directory for the memory-mapped table (default: a temp dir)")
+    parser.add_argument("--dir", default=None, help="directory for the table files (default: a temp dir)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prefetch", action="store_true",
+                        help="announce each batch ahead, so the next batch's missing rows are read during the step")
+    parser.add_argument("--one", type=float, default=None, help=argparse.SUPPRESS)  # a child: one cache size
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
+    if args.one is not None:
+        emit(_run(args.rows, args.one, args.warm_steps, args.steps, Path(args.dir), args.seed, args.prefetch))
+        return 0
     root = Path(args.dir or tempfile.mkdtemp(prefix="mstrain_store_"))
     try:
         for fraction in (float(f) for f in args.fractions.split(",")):
             folder = root / f"cache_{fraction:g}"
-            emit(_run(args.rows, fraction, args.steps, folder, args.seed))
-            shutil.rmtree(folder, ignore_errors=True)
+            try:
+                emit(_child(args, fraction, folder))
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)

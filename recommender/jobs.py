@@ -10,6 +10,7 @@ curve of the last epoch). The job returns the final test AUC and logloss.
 """
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -29,6 +30,7 @@ from mstrain.train.metrics import AUC
 
 from .criteo import load_vocab, preprocess_criteo
 from .roc import log_loss, plot_roc, roc_curve
+from .prefetch import prefetch_rows
 from .store import EmbeddingCacheMonitor
 from .widedeep import (WideDeep, WideDeepTrainStep, WideDeepWithLoss, parameter_count, predict_logits,
                        sharded_train_step, wide_deep_optimizers)
@@ -61,8 +63,10 @@ class WideDeepModelConfig:
     vocab_cache_size: int = option(0, "rows of each table in the hot-row cache the step trains (0: whole tables "
                                    "in the step; else >= a batch's distinct ids, tables kept in the store)", low=0)
     cache_policy: str = option("lru", "eviction of the hot-row cache", choices=("lru", "lfu"))
-    disk_dir: Optional[str] = option(None, "keep the cached tables and their optimizer state in memory-mapped "
-                                     "files here (level 3) instead of host memory")
+    disk_dir: Optional[str] = option(None, "keep the cached tables and their optimizer state in files here "
+                                     "(level 3, read and written row by row) instead of host memory")
+    prefetch_rows: bool = option(True, "with vocab_cache_size: while a step computes, read the rows the next "
+                                 "batch misses from the host or disk level (results unchanged)")
     shard_tables: bool = option(False, "shard both tables row-wise over the MPI ranks (run under mpiexec -n N; "
                                 "rows fetched by all-to-all); each rank trains on 1/N of the batches")
 
@@ -86,6 +90,8 @@ class WideDeepTrain:
     batch_size: int = option(128, "samples per step", low=1)
     seed: int = option(0, "seed of the parameters, shuffling and dropout", low=0)
     shuffle: bool = option(True, "shuffle the training split every epoch")
+    dataset_sink_mode: bool = option(False, "feed each epoch's batches through the sink queue (Model.train's "
+                                     "dataset_sink_mode; steps of cached tables run eagerly)")
     output_dir: str = option("outputs/widedeep_criteo", "directory for history.json, summary.json, roc.png")
 
 
@@ -164,11 +170,17 @@ def train_widedeep(cfg):
                    vocab_cache_size=min(cfg.model.vocab_cache_size, vocab["num_rows"]),
                    cache_policy=cfg.model.cache_policy, disk_dir=cfg.model.disk_dir, shard_batch_ids=batch_ids)
     step = _train_step(cfg, net)
+    if cfg.model.prefetch_rows and net.cached_tables():
+        wide_columns = ("ids", "dense_ids") if "dense_ids" in columns else ("ids",)
+        train_set = prefetch_rows(train_set, {net.embedding: ("ids",), net.wide_weight: wide_columns})
     history = []
     evaluate = EvaluateEachEpoch(net, test, history, batch_size=cfg.train.batch_size if batch_ids else 4096)
     cache_monitor = EmbeddingCacheMonitor(net.cached_tables())
     start = time.perf_counter()
-    Model(step).train(cfg.train.epochs, train_set, callbacks=[evaluate, cache_monitor])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "GraphSinkRunner")  # cached tables decide rows on the host
+        Model(step).train(cfg.train.epochs, train_set, callbacks=[evaluate, cache_monitor],
+                          dataset_sink_mode=cfg.train.dataset_sink_mode)
     seconds = time.perf_counter() - start
     if rank != 0:
         return {"test_auc": history[-1]["test_auc"], "rank": rank}

@@ -1,9 +1,9 @@
 """`mstrain plan --config widedeep_criteo -n N`: the memory of each rank, per table and level.
 
 Layout planned: both tables sharded row-wise over the N ranks (`ShardedEmbeddingLookup`, level 4),
-each rank's shard in host memory (level 2) or, with `model.disk_dir`, in memory-mapped files
-(level 3), with `model.vocab_cache_size` rows hot (level 1, plus an 8-byte slot per row of the
-shard for the id -> slot map); the dense part (wide linear, MLP) and its optimizer state are
+each rank's shard in host memory (level 2) or, with `model.disk_dir`, in files read and written
+with pread/pwrite (level 3, nothing resident), with `model.vocab_cache_size` rows hot (level 1,
+plus its bookkeeping: `store.level1_bytes`); the dense part (wide linear, MLP) and its optimizer state are
 replicated. Every table row carries its optimizer state: two moments under (Lazy)Adam, an
 accumulator and a linear term under FTRL. Resident memory is levels 1 and 2 and the dense part;
 a layout whose resident memory exceeds the budget exits 2 naming the largest table.
@@ -14,6 +14,7 @@ import math
 from mstrain.errors import ConfigError
 
 from .jobs import ensure_records
+from .store import level1_bytes
 
 __all__ = ["memory_plan", "plan"]
 
@@ -34,7 +35,7 @@ def memory_plan(cfg, rows, ranks):
     for name, width in (("deep", cfg.model.embed_dim), ("wide", 1)):
         row_bytes = width * _FLOAT * (1 + _STATES[name])
         cached = min(cfg.model.vocab_cache_size, shard_rows)
-        level1 = cached * row_bytes + (shard_rows * 8 if cached else 0)
+        level1 = level1_bytes(shard_rows, cached, row_bytes) if cached else 0
         shard = shard_rows * row_bytes
         on_disk = cfg.model.disk_dir is not None
         tables.append({"table": name, "rows": rows, "rows_per_rank": shard_rows, "width": width,

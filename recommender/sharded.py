@@ -7,8 +7,15 @@ with the rows (two `all_to_all_v_array` exchanges), and the rows fill the first 
 `batch_table`, the Parameter the step differentiates. After backward, `ShardedTrainStep` sends
 each row's gradient back to its owner, where the ranks' contributions add up (a RowTensor on
 local shard rows) and the owner's optimizer updates them; dense parameters are all-reduced as in
-plain data parallelism. Bytes moved per step: ids out and rows back in the forward, rows out in
-the backward (counted in `statistics`).
+plain data parallelism.
+
+`statistics` counts the bytes this rank puts on the wire (chunks for other ranks, and the row
+counts each all-to-all sends first: 8 bytes per other rank). With R = the distinct ids of this
+rank's batch owned by other ranks, A = the ids other ranks ask this rank for, d = the width,
+N = the ranks, one step sends
+    forward   8 R + 4 d A + 16 (N - 1)      (ids to their owners, rows back to the askers)
+    backward  4 d R + 8 (N - 1)             (each row's gradient to its owner)
+so the whole group sends sum over ranks of (8 + 8 d) R + 24 (N - 1) per step.
 
     emb = ShardedEmbeddingLookup(vocab_size, 16, max_batch_ids=4096, param_init=...)
     step = ShardedTrainStep(loss_net, [nn.Adam(dense_params)], {emb: nn.LazyAdam([emb.shard], 1e-3)})
@@ -68,21 +75,24 @@ class ShardedEmbeddingLookup(nn.Cell):
                               f"{self.batch_table.shape[0]}", key="max_batch_ids")
         owner = unique % self.ranks
         requests = [unique[owner == k] for k in range(self.ranks)]
-        asked = all_to_all_v_array(requests, self.group)
+        asked = self._all_to_all(requests, "bytes_forward")
         shard = self.shard.asnumpy()
-        replies = all_to_all_v_array([shard[a // self.ranks] for a in asked], self.group)
+        replies = self._all_to_all([shard[a // self.ranks] for a in asked], "bytes_forward")
         rows = self.batch_table.asnumpy()
         for k in range(self.ranks):
             rows[np.flatnonzero(owner == k)] = replies[k]
         self._exchange = (unique, owner, asked)
         self.statistics["steps"] += 1
-        self.statistics["bytes_forward"] += self._remote_rows(owner) * (8 + 4 * self.embedding_size)
         slots = np.full(flat.shape, -1, np.int64)
         slots[inside] = inverse
         return ops.sparse_embedding_lookup(self.batch_table, Tensor(slots.reshape(ids.shape)))
 
-    def _remote_rows(self, owner):
-        return int(np.count_nonzero(owner != self.rank))
+    def _all_to_all(self, chunks, counter):
+        """all_to_all_v_array, adding the bytes sent to other ranks to statistics[counter]."""
+        if self.ranks > 1:
+            self.statistics[counter] += 8 * (self.ranks - 1) + sum(
+                c.nbytes for k, c in enumerate(chunks) if k != self.rank)
+        return all_to_all_v_array(chunks, self.group)
 
     def shard_gradient(self, grad, scale=1.0):
         """The RowTensor on local shard rows that the ranks' `batch_table` gradients add up to
@@ -95,8 +105,7 @@ class ShardedEmbeddingLookup(nn.Cell):
             values[hit[keep]] = grad.values.asnumpy()[keep]
         else:
             values = grad.asnumpy()[:unique.size]
-        received = all_to_all_v_array([values[owner == k] for k in range(self.ranks)], self.group)
-        self.statistics["bytes_backward"] += self._remote_rows(owner) * 4 * self.embedding_size
+        received = self._all_to_all([values[owner == k] for k in range(self.ranks)], "bytes_backward")
         local = np.concatenate([a // self.ranks for a in asked])
         rows = np.concatenate(received).reshape(-1, self.embedding_size) * np.float32(scale)
         return RowTensor(Tensor(local), Tensor(rows), tuple(self.shard.shape)).coalesce()

@@ -23,7 +23,15 @@ def test_memory_plan_counts_rows_states_and_levels(repo_root, monkeypatch):
     disk = memory_plan(_cfg("model.disk_dir=/tmp/x", "model.vocab_cache_size=10"), rows=1000, ranks=8)
     deep = disk["tables"][0]
     assert deep["level2_host_bytes"] == 0 and deep["level3_disk_bytes"] == 125 * 16 * 4 * 3
-    assert deep["level1_cache_bytes"] == 10 * 16 * 4 * 3 + 125 * 8
+    assert deep["level1_cache_bytes"] == 10 * (16 * 4 * 3 + 12) + 125 * 4
+
+
+def test_level1_bytes_is_what_a_cached_table_holds():
+    from mstrain import nn
+    from mstrain.recommender.store import CachedEmbeddingLookup, level1_bytes
+    table = CachedEmbeddingLookup(125, 16, 10, param_init="zeros")
+    table.attach_optimizer(nn.LazyAdam(table.trainable_params(), learning_rate=0.1))  # two moments per row
+    assert table.level1_nbytes == level1_bytes(125, 10, 16 * 4 * 3)
 
 
 def test_cli_prints_the_table_and_refuses_a_budget_it_exceeds(mstrain, repo_root, tmp_path, monkeypatch):

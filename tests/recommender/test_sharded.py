@@ -50,7 +50,25 @@ def test_sharded_training_equals_one_whole_table(tmp_path, whole, ranks):
     np.testing.assert_allclose(got["losses"], whole["losses"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(got["table"], whole["table"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(got["head"], whole["head"], rtol=0, atol=1e-6)
-    assert (got["bytes"] > 0).all() == (ranks > 1)
+    np.testing.assert_array_equal(got["bytes"], _analytic_bytes(ranks))
+
+
+def _analytic_bytes(ranks):
+    """(forward, backward) bytes all ranks send over the run: every distinct id of a rank's batch
+    owned by another rank (R of them) costs 8 bytes of id and 4 * DIM of row forward, 4 * DIM of
+    gradient backward; each all-to-all sends 8 bytes of row count to every other rank first."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    from sharded_train import BATCH, DIM, data
+    _, ids, _ = data()
+    if ranks == 1:
+        return np.zeros(2)
+    per_rank, remote = BATCH // ranks, 0
+    for step_ids in ids:
+        for rank in range(ranks):
+            unique = np.unique(step_ids[rank * per_rank:(rank + 1) * per_rank])
+            remote += np.count_nonzero(unique % ranks != rank)
+    headers = 8 * ranks * (ranks - 1) * len(ids)
+    return np.array([(8 + 4 * DIM) * remote + 2 * headers, 4 * DIM * remote + headers], np.float64)
 
 
 def test_widedeep_job_with_sharded_tables_on_two_ranks(tmp_path, repo_root):
@@ -68,3 +86,47 @@ def test_widedeep_job_with_sharded_tables_on_two_ranks(tmp_path, repo_root):
     assert len(lines) == 2 and len(aucs) == 1  # both ranks hold the same model
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ranks"] == 2 and 0.6 < summary["test_auc"] < 1.0
+
+
+CHECKPOINT_SCRIPT = Path(__file__).resolve().parent / "scripts" / "sharded_checkpoint.py"
+
+
+@pytest.mark.parametrize("saved,resumed", [(2, 4), (4, 2)])
+def test_checkpoint_saved_on_n_ranks_resumes_on_m(tmp_path, whole, saved, resumed):
+    if not MPIEXEC.exists():
+        pytest.skip("mpiexec is not installed")
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    for ranks, mode in ((saved, "save"), (resumed, "resume")):
+        _run([str(MPIEXEC), "-n", str(ranks), sys.executable, str(CHECKPOINT_SCRIPT), str(out), str(ckpt), mode])
+    files = sorted(p.name for p in (ckpt / "table").iterdir())
+    assert files == sorted([f"{a}.{r}-of-{saved}.npy" for a in ("values", "moment1", "moment2")
+                            for r in range(saved)] + ["table.json"])
+    got = dict(np.load(out / "result.npz"))
+    np.testing.assert_allclose(got["losses"], whole["losses"][50:], rtol=0, atol=1e-6)  # as if never stopped
+    np.testing.assert_allclose(got["table"], whole["table"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got["head"], whole["head"], rtol=0, atol=1e-6)
+
+
+def test_checkpoint_streams_in_chunks_and_errors_name_the_problem(tmp_path, monkeypatch):
+    from mstrain import nn
+    from mstrain.errors import CheckpointError
+    from mstrain.recommender import sharded_checkpoint
+    from mstrain.recommender.sharded import ShardedEmbeddingLookup
+    from mstrain.recommender.sharded_checkpoint import load_sharded_table, save_sharded_table
+    monkeypatch.setattr(sharded_checkpoint, "_CHUNK_ROWS", 3)  # rows move 3 at a time, never the whole table
+    values = np.arange(20, dtype=np.float32).reshape(10, 2)
+    table = ShardedEmbeddingLookup(10, 2, 4, param_init=values)
+    save_sharded_table(tmp_path / "ckpt", table)
+    loaded = ShardedEmbeddingLookup(10, 2, 4, param_init="zeros")
+    load_sharded_table(tmp_path / "ckpt", loaded)
+    np.testing.assert_array_equal(loaded.shard.asnumpy(), values)
+    with pytest.raises(CheckpointError, match="table.json: no such file"):
+        load_sharded_table(tmp_path / "nothing", table)
+    save_sharded_table(tmp_path / "ckpt", table)
+    with pytest.raises(CheckpointError, match="vocab_size is 10 but the table's is 11"):
+        load_sharded_table(tmp_path / "ckpt", ShardedEmbeddingLookup(11, 2, 4))
+    with pytest.raises(CheckpointError, match="no 'moment1' rows"):
+        load_sharded_table(tmp_path / "ckpt", table, nn.LazyAdam([table.shard], learning_rate=0.1))
+    (tmp_path / "ckpt" / "values.0-of-1.npy").write_bytes((tmp_path / "ckpt" / "values.0-of-1.npy").read_bytes()[:-8])
+    with pytest.raises(CheckpointError, match="truncated at row 9 of 10"):
+        load_sharded_table(tmp_path / "ckpt", table)

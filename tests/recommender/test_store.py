@@ -1,5 +1,7 @@
 """The embedding store: with a small hot-row cache, with LRU or LFU eviction and with the disk
 level, training gives the same losses and table as one whole in-memory table."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,79 @@ def test_evaluation_reads_rows_beyond_the_cache_capacity():
     np.testing.assert_array_equal(rows[1:-1], cached.full_table())
     np.testing.assert_array_equal(rows[[0, -1]], 0.0)
     assert not np.array_equal(cached.full_table(), init)  # the trained rows are the ones read
+
+
+class _Losses(ms.train.callback.Callback):
+    def __init__(self):
+        super().__init__()
+        self.losses = []
+
+    def on_train_step_end(self, run_context):
+        self.losses += [float(np.asarray(o.asnumpy())) for o in run_context.original_args().step_outputs]
+
+
+def _sink_training(tmp_path, prefetch, init):
+    from mstrain import dataset as ds
+    from mstrain.recommender.prefetch import prefetch_rows
+    cached = CachedEmbeddingLookup(ROWS, DIM, vocab_cache_size=40, param_init=init, cache_policy="lru",
+                                   disk_dir=str(tmp_path / f"store_{prefetch}"))
+    optimizer = OPTIMIZERS["lazy_adam"](cached.trainable_params())
+    cached.attach_optimizer(optimizer)
+    ids, ys = _batches(40)
+    data = ds.NumpySlicesDataset({"ids": ids.reshape(-1, FIELDS), "y": ys.reshape(-1)}, shuffle=False).batch(BATCH)
+    if prefetch:
+        data = prefetch_rows(data, {cached: ("ids",)})
+    record = _Losses()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the cached step runs eagerly in sink mode (host decisions)
+        ms.Model(nn.TrainOneStepCell(_Head(cached), optimizer)).train(
+            2, data, callbacks=[record], dataset_sink_mode=True, sink_size=7)
+    return record.losses, np.array(cached.full_table()), cached.statistics
+
+
+def test_next_batch_prefetch_in_sink_mode_trains_the_same(tmp_path):
+    init = np.random.default_rng(3).normal(scale=0.1, size=(ROWS, DIM)).astype(np.float32)
+    plain_losses, plain_table, plain = _sink_training(tmp_path, False, init)
+    losses, table, staged = _sink_training(tmp_path, True, init)
+    assert len(losses) == 14
+    np.testing.assert_array_equal(losses, plain_losses)
+    np.testing.assert_array_equal(table, plain_table)
+    assert plain.rows_staged == 0 and staged.rows_out > 0
+    # every miss but the first batch's came from the staging area (the batch after it was announced)
+    first = np.unique(_batches(40)[0][0])
+    assert staged.rows_staged == staged.misses - np.count_nonzero(first < ROWS) > 0
+    assert staged.as_dict()["hits"] == plain.hits
+
+
+def test_prefetch_rows_names_a_missing_column():
+    from mstrain import dataset as ds
+    from mstrain.recommender.prefetch import prefetch_rows
+    data = ds.NumpySlicesDataset({"ids": np.zeros((4, 2), np.int32)}, shuffle=False).batch(2)
+    with pytest.raises(ValueError, match="no column 'dense_ids'"):
+        prefetch_rows(data, {CachedEmbeddingLookup(10, 2, 4): ("ids", "dense_ids")})
+
+
+def test_rows_evicted_and_needed_next_are_staged_after_their_write_back(tmp_path):
+    # two disjoint batches in turn through a cache that holds one: every step evicts exactly the
+    # rows the next step needs, so the next batch's staging must read them after their write-back
+    init = np.random.default_rng(4).normal(size=(ROWS, DIM)).astype(np.float32)
+    first, second = np.arange(BATCH * FIELDS).reshape(BATCH, FIELDS), np.arange(BATCH * FIELDS, 2 * BATCH * FIELDS)
+    batches = [first, second.reshape(BATCH, FIELDS)] * 6
+    ys = np.random.default_rng(5).normal(size=(len(batches), BATCH)).astype(np.float32)
+    results = []
+    for embedding in (nn.EmbeddingLookup(ROWS, DIM, param_init=init),
+                      CachedEmbeddingLookup(ROWS, DIM, BATCH * FIELDS, param_init=init, disk_dir=str(tmp_path))):
+        optimizer = nn.Adagrad(embedding.trainable_params(), learning_rate=0.1)
+        if isinstance(embedding, CachedEmbeddingLookup):
+            embedding.attach_optimizer(optimizer)
+            for ids in batches:
+                embedding.announce(ids)
+        step = nn.TrainOneStepCell(_Head(embedding), optimizer)
+        losses = [float(step(Tensor(ids.astype(np.int32)), Tensor(y)).asnumpy()) for ids, y in zip(batches, ys)]
+        table = embedding.full_table() if isinstance(embedding, CachedEmbeddingLookup) else \
+            embedding.embedding_table.asnumpy()
+        results.append((losses, np.array(table)))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=0, atol=1e-6)
+    assert embedding.statistics.rows_out == (len(batches) - 1) * BATCH * FIELDS
+    assert embedding.statistics.rows_staged == (len(batches) - 1) * BATCH * FIELDS

@@ -134,7 +134,7 @@ def test_cached_and_disk_tables_train_the_same_model(mstrain, repo_root, tmp_pat
     code, _, err = mstrain(*common, f"train.output_dir={tmp_path}/whole")
     assert code == 0, err
     code, _, err = mstrain(*common, f"train.output_dir={tmp_path}/cached", "model.vocab_cache_size=700",
-                           "model.cache_policy=lfu", f"model.disk_dir={tmp_path}/disk")
+                           "model.cache_policy=lfu", f"model.disk_dir={tmp_path}/disk", "train.dataset_sink_mode=true")
     assert code == 0, err
     whole = json.loads((tmp_path / "whole" / "summary.json").read_text())
     cached = json.loads((tmp_path / "cached" / "summary.json").read_text())
@@ -142,6 +142,7 @@ def test_cached_and_disk_tables_train_the_same_model(mstrain, repo_root, tmp_pat
     assert cached["parameters"] == whole["parameters"]
     stats = cached["embedding_cache"]["wide"]
     assert stats["rows_out"] > 0 and 0 < stats["hit_rate"] < 1
+    assert 0 < stats["rows_staged"] < stats["misses"]  # all but the first batch's misses were prefetched
     assert (tmp_path / "disk" / "deep" / "moment1.f32").exists()
     code, _, err = mstrain(*common, f"train.output_dir={tmp_path}/adam", "model.vocab_cache_size=700",
                            "optimizer.deep=adam")

@@ -27,14 +27,20 @@ class Net(nn.Cell):
         return ((self.head(x).reshape((-1,)) - y) ** 2).mean()
 
 
-def main():
-    out, whole = Path(sys.argv[1]), "--whole" in sys.argv
-    comm.init()
-    rank, ranks = comm.get_rank(), comm.get_group_size()
+def data():
+    """(initial table, ids (STEPS, BATCH, FIELDS), targets (STEPS, BATCH)), the same on every rank."""
     rng = np.random.default_rng(0)
     init = rng.normal(scale=0.1, size=(ROWS, DIM)).astype(np.float32)
     ids = ((rng.zipf(1.2, size=(STEPS, BATCH, FIELDS)) - 1) % ROWS).astype(np.int32)
     ys = rng.normal(size=(STEPS, BATCH)).astype(np.float32)
+    return init, ids, ys
+
+
+def main():
+    out, whole = Path(sys.argv[1]), "--whole" in sys.argv
+    comm.init()
+    rank, ranks = comm.get_rank(), comm.get_group_size()
+    init, ids, ys = data()
     if whole:
         embedding = nn.EmbeddingLookup(ROWS, DIM, param_init=init)
         net = Net(embedding)
@@ -52,10 +58,12 @@ def main():
         loss = float(step(Tensor(ids[k][part]), Tensor(ys[k][part])).asnumpy())
         losses.append(comm.all_reduce_array(np.array([loss]))[0] / (1 if whole else ranks))
     table = embedding.embedding_table.asnumpy() if whole else embedding.full_table()
+    if not whole:  # bytes all ranks sent, forward and backward
+        sent = comm.all_reduce_array(np.array([embedding.statistics["bytes_forward"],
+                                               embedding.statistics["bytes_backward"]], np.float64))
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        extra = {} if whole else {"bytes": np.array([embedding.statistics["bytes_forward"],
-                                                      embedding.statistics["bytes_backward"]])}
+        extra = {} if whole else {"bytes": sent}
         np.savez(out / "result.npz", losses=np.array(losses), table=table, head=net.head.weight.asnumpy(), **extra)
 
 

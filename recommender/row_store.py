@@ -1,0 +1,135 @@
+"""Levels 2 and 3 of the embedding store: named (rows, dim) float32 tables ("values" and one per
+optimizer state), in host memory or in files.
+
+    store = RowStore(num_rows, dim, disk_dir=None)     # host memory (level 2)
+    store = RowStore(num_rows, dim, disk_dir="/big")   # one file per table (level 3)
+    table = store.create("values", fill)               # fill(start, stop) -> rows, chunk by chunk
+    table.read(rows) / table.write(rows, values)       # scattered rows
+    table.read_range(start, stop) / table.write_range(start, rows)   # a contiguous run (streaming)
+
+A file table is read and written row by row with pread/pwrite (`kernels.row_io`), never mapped:
+pages of a mapping that a process touches count in its resident memory, while pages reached
+through pread/pwrite live in the kernel's page cache, which it drops under pressure. Chunks of
+the initial fill that are all zero are not written (the file stays sparse), so a zero-initialised
+100M-row table costs no disk and no time until rows are written back.
+"""
+import os
+
+import numpy as np
+
+from .kernels.row_io import read_rows, write_rows
+
+__all__ = ["RowStore", "HostRows", "FileRows"]
+
+INIT_CHUNK_ROWS = 1 << 20  # as sharded.py: initializers draw the same chunks
+
+
+class HostRows:
+    """A table in host memory (level 2)."""
+
+    def __init__(self, num_rows, dim):
+        self.array = np.zeros((num_rows, dim), np.float32)  # calloc: untouched pages are not resident
+        self.num_rows, self.dim = num_rows, dim
+
+    @property
+    def nbytes(self):
+        return self.array.nbytes
+
+    def read(self, rows):
+        return self.array[rows]
+
+    def write(self, rows, values):
+        self.array[rows] = values
+
+    def read_range(self, start, stop):
+        return self.array[start:stop].copy()
+
+    def write_range(self, start, values):
+        self.array[start:start + len(values)] = values
+
+    def whole(self):
+        return self.array
+
+    def close(self):
+        pass
+
+
+class FileRows:
+    """A table in the file `path` (level 3), row r at byte r * dim * 4; see the module doc."""
+
+    def __init__(self, path, num_rows, dim):
+        self.path, self.num_rows, self.dim = path, num_rows, dim
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
+        os.ftruncate(self.fd, self.nbytes)  # sparse: reads of unwritten rows give zeros
+
+    @property
+    def nbytes(self):
+        return self.num_rows * self.dim * 4
+
+    def read(self, rows):
+        return read_rows(self.fd, rows, self.dim)
+
+    def write(self, rows, values):
+        write_rows(self.fd, rows, values)
+
+    def read_range(self, start, stop):
+        out = np.empty((stop - start, self.dim), np.float32)
+        want = out.nbytes
+        got = os.preadv(self.fd, [out], start * self.dim * 4)
+        if got != want:
+            raise OSError(f"{self.path}: read of rows [{start}, {stop}) moved {got} of {want} bytes")
+        return out
+
+    def write_range(self, start, values):
+        values = np.ascontiguousarray(values, np.float32)
+        done, data = 0, memoryview(values).cast("B")
+        while done < len(data):  # pwritev may write less than asked for large runs
+            done += os.pwritev(self.fd, [data[done:]], start * self.dim * 4 + done)
+
+    def whole(self):
+        """A read-only memory map of the file (for checks of small tables: its pages become resident)."""
+        return np.memmap(self.path, np.float32, mode="r", shape=(self.num_rows, self.dim))
+
+    def close(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self):
+        self.close()
+
+
+class RowStore:
+    """The tables of one embedding: `create(name, fill)` makes one (see the module doc)."""
+
+    def __init__(self, num_rows, dim, disk_dir=None):
+        self.num_rows, self.dim, self.disk_dir = int(num_rows), int(dim), disk_dir
+        self.tables = {}
+        if disk_dir is not None:
+            os.makedirs(disk_dir, exist_ok=True)
+
+    @property
+    def level(self):
+        return "disk" if self.disk_dir is not None else "host"
+
+    def create(self, name, fill):
+        """A new table filled by `fill(start, stop) -> rows` chunk by chunk (never whole in memory)."""
+        if self.disk_dir is None:
+            table = HostRows(self.num_rows, self.dim)
+        else:
+            table = FileRows(os.path.join(self.disk_dir, f"{name}.f32"), self.num_rows, self.dim)
+        for start in range(0, self.num_rows, INIT_CHUNK_ROWS):
+            stop = min(start + INIT_CHUNK_ROWS, self.num_rows)
+            chunk = fill(start, stop)
+            if np.any(chunk):  # zeros are already there (calloc'ed memory, a sparse file)
+                table.write_range(start, np.broadcast_to(chunk, (stop - start, self.dim)))
+        self.tables[name] = table
+        return table
+
+    @property
+    def nbytes(self):
+        return sum(t.nbytes for t in self.tables.values())
+
+    def close(self):
+        for table in self.tables.values():
+            table.close()
