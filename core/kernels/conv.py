@@ -35,7 +35,7 @@ from . import _native
 
 __all__ = ["conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input", "im2col", "col2im",
            "max_pool2d_forward", "max_pool2d_backward", "max_pool2d_select",
-           "avg_pool2d_forward", "avg_pool2d_backward", "output_hw"]
+           "avg_pool2d_forward", "avg_pool2d_backward", "output_hw", "conv2d_c_call"]
 
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -428,3 +428,30 @@ def conv2d_backward_input(grad, w, x_shape, stride, padding, dilation, groups=1,
     native(np.ascontiguousarray(grad), np.ascontiguousarray(w), dx,
            _geometry(x_shape, out_hw, w.shape[2:], stride, padding, dilation), w.shape[0], groups)
     return dx
+
+
+def conv2d_c_call(name, a, b, out, stride, padding, dilation, groups=1):
+    """(address, params) of the C entry of the convolution pass `name` (conv2d_forward,
+    conv2d_backward_filter, conv2d_backward_input) on these operands, in the order of its function
+    here and with its `out`, for the compiled step loop: params = (is_double, the 14 geometry values,
+    out_channels, groups). None when the C++ kernel would not run on them."""
+    if not all(isinstance(v, np.ndarray) and v.flags.c_contiguous for v in (a, b, out)):
+        return None
+    if a.dtype != b.dtype or a.dtype != out.dtype or _conv_kernel(name, a, b) is None or not a.shape[0]:
+        return None
+    if name == "conv2d_forward":
+        x_shape, w_shape, y_shape = a.shape, b.shape, None
+    elif name == "conv2d_backward_filter":
+        x_shape, w_shape, y_shape = a.shape, out.shape, b.shape
+    else:
+        x_shape, w_shape, y_shape = out.shape, b.shape, a.shape
+    _conv_geometry(x_shape, w_shape, groups, name)
+    full = output_hw(x_shape[2:], w_shape[2:], stride, padding, dilation)
+    out_hw = full if y_shape is None else _covered_hw(x_shape, w_shape[2:], stride, padding, dilation, y_shape[2:],
+                                                      name)
+    expected = {"conv2d_forward": (x_shape[0], w_shape[0]) + out_hw}.get(name)
+    if (expected is not None and out.shape != expected) or (y_shape is not None and y_shape[:2] != (x_shape[0], w_shape[0])):
+        return None
+    geometry = _geometry(x_shape, out_hw, w_shape[2:], stride, padding, dilation)
+    params = [int(a.dtype == np.float64), *geometry, int(w_shape[0]), int(groups)]
+    return _native("conv_c_entry")(name), params

@@ -207,11 +207,26 @@ def _attr(node, name):
     return tuple(value) if isinstance(value, list) else value
 
 
-conv2d.deflowering(_into_planned(_k.conv2d_forward, ("stride", "padding", "dilation", "groups")))
-conv2d_backprop_input.deflowering(_into_planned(
-    _k.conv2d_backward_input, ("input_shape", "stride", "padding", "dilation", "groups")))
-conv2d_backprop_filter.deflowering(_into_planned(
-    _k.conv2d_backward_filter, ("filter_shape", "stride", "padding", "dilation", "groups")))
+def _conv_planned(kernel_fn, shape_attr):
+    """A convolution pass into its planned buffer, with the C entry the compiled step loop calls
+    directly when the C++ kernel runs on these buffers."""
+    names = ((shape_attr,) if shape_attr else ()) + ("stride", "padding", "dilation", "groups")
+    build_call = _into_planned(kernel_fn, names)
+
+    def build(node, ins, out):
+        kernel = build_call(node, ins, out)
+        if kernel is None:
+            return None
+        a = node.attrs
+        call = _k.conv2d_c_call(kernel_fn.__name__, ins[0], ins[1], out, _attr(node, "stride"), _attr(node, "padding"),
+                                _attr(node, "dilation"), a["groups"])
+        return kernel if call is None else _native_call(kernel, call[0], [ins[0], ins[1], out], call[1])
+    return build
+
+
+conv2d.deflowering(_conv_planned(_k.conv2d_forward, None))
+conv2d_backprop_input.deflowering(_conv_planned(_k.conv2d_backward_input, "input_shape"))
+conv2d_backprop_filter.deflowering(_conv_planned(_k.conv2d_backward_filter, "filter_shape"))
 max_pool2d.deflowering(_into_planned(_k.max_pool2d_forward, ("kernel", "stride", "padding")))
 max_pool2d_grad.deflowering(_into_planned(_k.max_pool2d_backward, ("kernel", "stride", "padding")))
 max_pool2d_select.deflowering(_into_planned(_k.max_pool2d_select, ("kernel", "stride", "padding")))

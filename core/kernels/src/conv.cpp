@@ -350,6 +350,47 @@ void conv2d_backward_input(py::array grad, py::array w, py::array dx, const std:
 }
 
 
+// -- C entries for the compiled step loop: p = the pass's three arrays in the order of its pybind11
+// entry; n = {is_double, the 14 geometry values, out_channels, groups}. The Python side checked the
+// shapes and handed over the BLAS when it built the call.
+template <typename Pass>
+void c_entry_call(void** p, const int64_t* n, Pass&& pass) {
+    const Geometry g(std::vector<int64_t>(n + 1, n + 15));
+    if (n[0]) {
+        pass(static_cast<const double*>(p[0]), static_cast<const double*>(p[1]), static_cast<double*>(p[2]), g,
+             n[15], n[16]);
+    } else {
+        pass(static_cast<const float*>(p[0]), static_cast<const float*>(p[1]), static_cast<float*>(p[2]), g, n[15],
+             n[16]);
+    }
+}
+
+extern "C" void ms_conv2d_forward(void** p, const int64_t* n) {
+    c_entry_call(p, n, [](auto x, auto w, auto out, const Geometry& g, int64_t o, int64_t groups) {
+        conv_forward(x, w, out, g, o, groups);
+    });
+}
+
+extern "C" void ms_conv2d_backward_filter(void** p, const int64_t* n) {
+    c_entry_call(p, n, [](auto x, auto grad, auto dw, const Geometry& g, int64_t o, int64_t groups) {
+        conv_backward_filter(x, grad, dw, g, o, groups);
+    });
+}
+
+extern "C" void ms_conv2d_backward_input(void** p, const int64_t* n) {
+    c_entry_call(p, n, [](auto grad, auto w, auto dx, const Geometry& g, int64_t o, int64_t groups) {
+        conv_backward_input(grad, w, dx, g, o, groups);
+    });
+}
+
+uintptr_t c_entry(const std::string& name) {
+    if (!g_blas.sgemm || !g_blas.dgemm) throw std::runtime_error("set_blas was not called");
+    if (name == "conv2d_forward") return reinterpret_cast<uintptr_t>(&ms_conv2d_forward);
+    if (name == "conv2d_backward_filter") return reinterpret_cast<uintptr_t>(&ms_conv2d_backward_filter);
+    if (name == "conv2d_backward_input") return reinterpret_cast<uintptr_t>(&ms_conv2d_backward_input);
+    throw std::invalid_argument("no C entry named " + name);
+}
+
 }  // namespace
 }  // namespace mstrain
 
@@ -365,6 +406,8 @@ PYBIND11_MODULE(_conv, m) {
           py::arg("geometry"), py::arg("out_channels"), py::arg("groups"));
     m.def("conv2d_backward_input", &mstrain::conv2d_backward_input, py::arg("grad"), py::arg("w"), py::arg("dx"),
           py::arg("geometry"), py::arg("out_channels"), py::arg("groups"));
+    m.def("conv_c_entry", &mstrain::c_entry, py::arg("name"),
+          "address of the C entry `void f(void**, const int64_t*)` of a pass, for the compiled step loop");
     m.attr("KERNELS") = py::make_tuple("conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input",
-                                       "conv_set_blas", "conv_im2col", "conv_col2im");
+                                       "conv_set_blas", "conv_im2col", "conv_col2im", "conv_c_entry");
 }

@@ -127,7 +127,7 @@ def test_loop_sink_equals_eager_and_runs_batch_norm_in_c():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_compiled_step_calls_the_batch_norm_c_entries():
+def test_compiled_step_calls_the_conv_and_batch_norm_c_entries():
     from mstrain.train.sink import GraphSinkRunner
     ms.set_seed(0)
     net = _bn_net()
@@ -142,9 +142,12 @@ def test_compiled_step_calls_the_batch_norm_c_entries():
     assert "batch_norm_train" in names and "batch_norm_train_grad" in names
     if K.c_entry("batch_norm_forward") is None:
         pytest.skip("C++ norm kernels are not built")
+    checked = set()
     for kernel, node in zip(executable.plan, executable.plan_nodes):
-        if node.op == "call" and node.prim.name.startswith("batch_norm_train"):
-            assert getattr(kernel, "native", None) is not None, node.prim.name
+        if node.op == "call" and node.prim.name.startswith(("batch_norm_train", "conv2d")):
+            assert getattr(kernel, "native", None) is not None, node.prim.name  # no Python call in the loop
+            checked.add(node.prim.name)
+    assert {"conv2d", "conv2d_backprop_filter", "batch_norm_train", "batch_norm_train_grad"} <= checked
 
 
 def test_second_order_gradient_goes_through_the_op_formula():
