@@ -57,7 +57,8 @@ def reference_batch_norm_backward(x, gy, gamma, eps):
     gbeta = gy.sum(axis=axes)
     ggamma = (gy * xhat).sum(axis=axes)
     count = x.size // max(x.shape[1], 1)
-    gx = _per_channel(x, gamma) * invstd * (gy - _per_channel(x, gbeta) / count - xhat * _per_channel(x, ggamma) / count)
+    gx = _per_channel(x, gamma) * invstd * (gy - _per_channel(x, gbeta) / count
+                                            - xhat * _per_channel(x, ggamma) / count)
     return gx.astype(x.dtype, copy=False), ggamma.astype(x.dtype, copy=False), gbeta.astype(x.dtype, copy=False)
 
 

@@ -173,7 +173,8 @@ def _fused(input, running_mean, running_var, weight, bias):  # noqa: A002
     """The one-kernel training pass fits: float input and per-channel state and affine parameters."""
     if any(v is None for v in (running_mean, running_var, weight, bias)) or len(input.shape) < 2:
         return False
-    return np.dtype(input.dtype).kind == "f" and all(np.dtype(v.dtype).kind == "f" and tuple(v.shape) == (input.shape[1],)
+    channels = (input.shape[1],)
+    return np.dtype(input.dtype).kind == "f" and all(np.dtype(v.dtype).kind == "f" and tuple(v.shape) == channels
                                                      for v in (running_mean, running_var, weight, bias))
 
 

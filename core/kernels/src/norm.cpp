@@ -142,7 +142,8 @@ extern "C" void ms_batch_norm_forward(void** p, const int64_t* n) {
 extern "C" void ms_batch_norm_backward(void** p, const int64_t* n) {
     const Shape d{n[1], n[2], n[3]};
     if (n[0]) {
-        bn_backward(static_cast<const double*>(p[0]), static_cast<const double*>(p[1]), static_cast<const double*>(p[2]),
+        bn_backward(static_cast<const double*>(p[0]), static_cast<const double*>(p[1]),
+                    static_cast<const double*>(p[2]),
                     static_cast<double*>(p[3]), static_cast<double*>(p[4]), static_cast<double*>(p[5]), d,
                     as_double(n[4]));
     } else {
@@ -222,7 +223,8 @@ PYBIND11_MODULE(_norm, m) {
     m.def("batch_norm_forward", &mstrain::batch_norm_forward, py::arg("x"), py::arg("gamma"), py::arg("beta"),
           py::arg("moving_mean"), py::arg("moving_var"), py::arg("y"), py::arg("mean"), py::arg("var"),
           py::arg("eps"), py::arg("momentum"));
-    m.def("batch_norm_backward", &mstrain::batch_norm_backward, py::arg("x"), py::arg("gy"), py::arg("gamma"), py::arg("gx"), py::arg("ggamma"), py::arg("gbeta"), py::arg("eps"));
+    m.def("batch_norm_backward", &mstrain::batch_norm_backward, py::arg("x"), py::arg("gy"), py::arg("gamma"),
+          py::arg("gx"), py::arg("ggamma"), py::arg("gbeta"), py::arg("eps"));
     m.def("norm_c_entry", &mstrain::c_entry, py::arg("name"),
           "address of the C entry `void f(void**, const int64_t*)` of a pass, for the compiled step loop");
     m.attr("KERNELS") = py::make_tuple("batch_norm_forward", "batch_norm_backward", "norm_c_entry");

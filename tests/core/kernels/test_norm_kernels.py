@@ -192,3 +192,58 @@ def test_batch_norm_forward_and_gradients_match_torch():
     np.testing.assert_allclose(gx.asnumpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ggamma.asnumpy(), tbn.weight.grad.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gbeta.asnumpy(), tbn.bias.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_residual_block_sgd_steps_match_torch_from_the_same_weights():
+    """Conv-BN-ReLU-Conv-BN plus a 1x1 conv-BN shortcut, mean pooling and a dense head, three SGD
+    steps in the loop sink from torch's initial weights: losses, weights and running statistics
+    equal torch's up to float32 rounding (no wrong result behind ResNet-8's accuracy spread)."""
+    torch = import_torch()
+    from mstrain import dataset as ds
+    from mstrain import ops
+    tnn = torch.nn
+    torch.manual_seed(0)
+    body = tnn.Sequential(tnn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False), tnn.BatchNorm2d(4), tnn.ReLU(),
+                          tnn.Conv2d(4, 4, 3, padding=1, bias=False), tnn.BatchNorm2d(4))
+    short = tnn.Sequential(tnn.Conv2d(2, 4, 1, stride=2, bias=False), tnn.BatchNorm2d(4))
+    head = tnn.Linear(4, 3)
+    modules = [body, short, head]
+
+    class Block(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.SequentialCell([nn.Conv2d(2, 4, 3, 2, pad_mode="pad", padding=1), nn.BatchNorm2d(4),
+                                           nn.ReLU(), nn.Conv2d(4, 4, 3, pad_mode="pad", padding=1),
+                                           nn.BatchNorm2d(4)])
+            self.short = nn.SequentialCell([nn.Conv2d(2, 4, 1, 2), nn.BatchNorm2d(4)])
+            self.head = nn.Dense(4, 3)
+            self.relu = nn.ReLU()
+
+        def construct(self, x):
+            return self.head(ops.mean(self.relu(self.body(x) + self.short(x)), (2, 3)))
+    net = Block()
+    torch_state = [v for m in modules for k, v in m.state_dict().items() if not k.endswith("num_batches_tracked")]
+    for param, value in zip([p for _, p in net.parameters_and_names()], torch_state):
+        param.set_data(ms.Tensor(value.numpy().copy()))
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3 * 8, 2, 12, 12)).astype(np.float32)
+    y = rng.integers(0, 3, 3 * 8).astype(np.int32)
+    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.Momentum(net.trainable_params(), 0.1, 0.0))
+    losses = model.train(1, ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(8),
+                         dataset_sink_mode=True, sink_size=3).step_loss
+    params = [p for m in modules for p in m.parameters()]
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    expected = []
+    for k in range(3):
+        tx, ty = torch.tensor(x[8 * k:8 * k + 8]), torch.tensor(y[8 * k:8 * k + 8]).long()
+        optimizer.zero_grad()
+        out = head((torch.relu(body(tx) + short(tx))).mean((2, 3)))
+        loss = tnn.functional.cross_entropy(out, ty)
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.item())
+    np.testing.assert_allclose(losses, expected, rtol=1e-5, atol=1e-6)
+    torch_after = [v for m in modules for k, v in m.state_dict().items() if not k.endswith("num_batches_tracked")]
+    for (name, param), value in zip(net.parameters_and_names(), torch_after):
+        np.testing.assert_allclose(param.asnumpy(), value.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
