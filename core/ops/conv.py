@@ -227,11 +227,26 @@ def _conv_planned(kernel_fn, shape_attr):
 conv2d.deflowering(_conv_planned(_k.conv2d_forward, None))
 conv2d_backprop_input.deflowering(_conv_planned(_k.conv2d_backward_input, "input_shape"))
 conv2d_backprop_filter.deflowering(_conv_planned(_k.conv2d_backward_filter, "filter_shape"))
-max_pool2d.deflowering(_into_planned(_k.max_pool2d_forward, ("kernel", "stride", "padding")))
-max_pool2d_grad.deflowering(_into_planned(_k.max_pool2d_backward, ("kernel", "stride", "padding")))
-max_pool2d_select.deflowering(_into_planned(_k.max_pool2d_select, ("kernel", "stride", "padding")))
-avg_pool2d.deflowering(_into_planned(_k.avg_pool2d_forward, ("kernel", "stride", "padding", "count_include_pad")))
-avg_pool2d_grad.deflowering(_into_planned(
+def _pool_planned(kernel_fn, names):
+    """A pooling pass into its planned buffer, with its C entry when the C++ kernel runs on it."""
+    build_call = _into_planned(kernel_fn, names)
+
+    def build(node, ins, out):
+        kernel = build_call(node, ins, out)
+        if kernel is None:
+            return None
+        call = _k.pool2d_c_call(kernel_fn.__name__, [*ins, out], _attr(node, "kernel"), _attr(node, "stride"),
+                                _attr(node, "padding"), node.attrs.get("count_include_pad", False),
+                                node.attrs.get("input_shape"))
+        return kernel if call is None else _native_call(kernel, call[0], [*ins, out], call[1])
+    return build
+
+
+max_pool2d.deflowering(_pool_planned(_k.max_pool2d_forward, ("kernel", "stride", "padding")))
+max_pool2d_grad.deflowering(_pool_planned(_k.max_pool2d_backward, ("kernel", "stride", "padding")))
+max_pool2d_select.deflowering(_pool_planned(_k.max_pool2d_select, ("kernel", "stride", "padding")))
+avg_pool2d.deflowering(_pool_planned(_k.avg_pool2d_forward, ("kernel", "stride", "padding", "count_include_pad")))
+avg_pool2d_grad.deflowering(_pool_planned(
     _k.avg_pool2d_backward, ("input_shape", "kernel", "stride", "padding", "count_include_pad")))
 
 
