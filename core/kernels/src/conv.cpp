@@ -22,6 +22,30 @@ inline void valid_columns(const Geometry& g, int64_t offset, int64_t& lo, int64_
     hi = std::max(lo, std::min(hi, g.ow));
 }
 
+// One im2col row at stride 1 when output and input rows are equally long: the input rows it reads are
+// consecutive and so are its output rows, so all of it is one copy, then the columns that fall in the
+// padding (which that copy filled with the neighbouring row's ends) are zeroed.
+template <typename T>
+void shifted_rows(const T* src, T* dst, const Geometry& g, int64_t row_offset, int64_t col_offset, int64_t lo,
+                  int64_t hi) {
+    const int64_t first = std::max<int64_t>(0, g.pt - row_offset);                 // first output row inside
+    const int64_t last = std::min<int64_t>(g.oh, g.h + g.pt - row_offset);          // one past the last
+    if (first >= last || lo >= hi) {
+        std::fill(dst, dst + g.out_plane(), T(0));
+        return;
+    }
+    std::fill(dst, dst + first * g.ow + lo, T(0));
+    const T* from = src + (first - g.pt + row_offset) * g.w - g.pl + col_offset + lo;
+    const int64_t count = (last - 1 - first) * g.ow + (hi - lo);
+    std::memcpy(dst + first * g.ow + lo, from, sizeof(T) * count);
+    std::fill(dst + (last - 1) * g.ow + hi, dst + g.out_plane(), T(0));
+    for (int64_t r = first; r < last; ++r) {
+        T* row = dst + r * g.ow;
+        for (int64_t q = 0; q < lo; ++q) row[q] = T(0);
+        for (int64_t q = hi; q < g.ow; ++q) row[q] = T(0);
+    }
+}
+
 // cols[(c * kh + i) * kw + j, (n * OH + oh) * OW + ow] = x[n, c, oh*sh - pt + i*dh, ow*sw - pl + j*dw] (0 outside).
 template <typename T>
 void im2col(const T* x, T* cols, const Geometry& g) {
@@ -37,6 +61,10 @@ void im2col(const T* x, T* cols, const Geometry& g) {
                 const int64_t col_offset = j * g.dw;
                 int64_t lo, hi;
                 valid_columns(g, col_offset, lo, hi);
+                if (g.sh == 1 && g.sw == 1 && g.ow == g.w) {
+                    shifted_rows(src, dst, g, i * g.dh, col_offset, lo, hi);
+                    continue;
+                }
                 for (int64_t r = 0; r < g.oh; ++r) {
                     T* row = dst + r * g.ow;
                     const int64_t ih = r * g.sh - g.pt + i * g.dh;
