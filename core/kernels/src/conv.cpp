@@ -86,9 +86,30 @@ void im2col(const T* x, T* cols, const Geometry& g) {
     }
 }
 
-// The adjoint of im2col: x[n, c, ih, iw] = sum of the cols entries im2col read from there.
+// shifted_rows' adjoint on a scratch column row: its padding columns are zeroed, then the row is one
+// contiguous sum into the consecutive input rows it covers (the zeroed entries land harmlessly on the
+// neighbouring rows' ends).
 template <typename T>
-void col2im(const T* cols, T* x, const Geometry& g) {
+void add_shifted_rows(T* src, T* dst, const Geometry& g, int64_t row_offset, int64_t col_offset, int64_t lo,
+                      int64_t hi) {
+    const int64_t first = std::max<int64_t>(0, g.pt - row_offset);
+    const int64_t last = std::min<int64_t>(g.oh, g.h + g.pt - row_offset);
+    if (first >= last || lo >= hi) return;
+    for (int64_t r = first; r < last; ++r) {
+        T* row = src + r * g.ow;
+        for (int64_t q = 0; q < lo; ++q) row[q] = T(0);
+        for (int64_t q = hi; q < g.ow; ++q) row[q] = T(0);
+    }
+    T* out = dst + (first - g.pt + row_offset) * g.w - g.pl + col_offset + lo;
+    const T* in = src + first * g.ow + lo;
+    const int64_t count = (last - 1 - first) * g.ow + (hi - lo);
+    for (int64_t t = 0; t < count; ++t) out[t] += in[t];
+}
+
+// The adjoint of im2col: x[n, c, ih, iw] = sum of the cols entries im2col read from there. With
+// `scratch` (cols may be overwritten) rows at stride 1 as long as the input's go through add_shifted_rows.
+template <typename T>
+void col2im(const T* cols, T* x, const Geometry& g, T* scratch = nullptr) {
     const int64_t np = g.n * g.out_plane();
     const bool parallel = g.planes() * g.kh * g.kw * g.out_plane() >= kParallelGrain && may_fork();
 #pragma omp parallel for if (parallel) schedule(static)
@@ -98,10 +119,15 @@ void col2im(const T* cols, T* x, const Geometry& g) {
         std::fill(dst, dst + g.in_plane(), T(0));
         for (int64_t i = 0; i < g.kh; ++i) {
             for (int64_t j = 0; j < g.kw; ++j) {
-                const T* src = cols + ((c * g.kh + i) * g.kw + j) * np + n * g.out_plane();
+                const int64_t at = ((c * g.kh + i) * g.kw + j) * np + n * g.out_plane();
+                const T* src = cols + at;
                 const int64_t col_offset = j * g.dw;
                 int64_t lo, hi;
                 valid_columns(g, col_offset, lo, hi);
+                if (scratch && g.sh == 1 && g.sw == 1 && g.ow == g.w) {
+                    add_shifted_rows(scratch + at, dst, g, i * g.dh, col_offset, lo, hi);
+                    continue;
+                }
                 for (int64_t r = 0; r < g.oh; ++r) {
                     const int64_t ih = r * g.sh - g.pt + i * g.dh;
                     if (ih < 0 || ih >= g.h) continue;
@@ -299,7 +325,7 @@ void conv_backward_input_small(const float* grad, const float* w, float* dx, con
             small_gemm::gemm(rows_g, p, o_g, w + k * o_g * rows_g, 1, rows_g, grad + (n0 * o + k * o_g) * p, p,
                              c + k * rows_g * p, p, false);
         }
-        col2im(c, dx + n0 * g.c * g.in_plane(), chunk_of(g, 1));
+        col2im(c, dx + n0 * g.c * g.in_plane(), chunk_of(g, 1), c);
     });
 }
 

@@ -132,13 +132,14 @@ def test_bad_shapes_name_the_operand():
 CONV_NAMES = ["conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input"]
 # (x shape, weight shape, stride, padding, dilation, groups); the last has columns of about 660 KB a
 # sample, so the C++ passes go through the batch in several chunks. Float32 planes of >= 128 outputs
-# take the small-GEMM kernels: the last two (the one before: 130 outputs, ragged rows and columns of
-# the register tiles, masked last columns, grouped, 10 samples = filter blocks of 8 and 2)
+# take the small-GEMM kernels: the last three (the first of them: 130 outputs, ragged rows and columns
+# of the register tiles, masked last columns, grouped, 10 samples = filter blocks of 8 and 2)
 CONVS = [
     ((2, 3, 7, 6), (4, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     ((3, 4, 9, 8), (6, 2, 3, 2), (2, 3), (1, 2, 0, 1), (1, 2), 2),
     ((2, 4, 6, 6), (4, 1, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 4),
     ((10, 6, 13, 12), (10, 3, 3, 3), (1, 1), (1, 0, 2, 1), (2, 1), 2),
+    ((2, 4, 12, 14), (6, 4, 3, 3), (1, 1), (2, 2, 1, 1), (2, 1), 1),  # stride 1, rows as long as the input's
     ((3, 8, 48, 48), (5, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
 ]
 
