@@ -1,6 +1,8 @@
 """PyTorch eager peer of benchmarks/resnet_tiny.py: ResNet-8 (16-32-64 channels, basic blocks with
 BatchNorm) on the shipped MNIST images, the same recipe (first 8000 train / last 2000 test, batch 64,
-Adam lr 2e-3, standardised pixels), one JSON line.
+Adam lr 2e-3, standardised pixels), one JSON line. `--init-out` saves the initial weights so the
+suite can start from them (`resnet_tiny.py --same-init`); the batches are drawn from
+numpy's default_rng(seed), which that mode replays.
 
     python resnet_tiny_torch.py --data ../../data/images/mnist/mnist_test10k.npz --epochs 2
 """
@@ -42,6 +44,8 @@ def main():
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--init-out", default=None,
+                        help="write the initial state (state_dict order, BatchNorm counters left out) to this .npz")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
@@ -50,6 +54,10 @@ def main():
     x, y = torch.tensor(x[:, None]), torch.tensor(archive["y"].astype(np.int64))
     train_x, train_y, test_x, test_y = x[:8000], y[:8000], x[-2000:], y[-2000:]
     net = resnet8()
+    if args.init_out:
+        state = [v.detach().numpy().copy() for k, v in net.state_dict().items()
+                 if not k.endswith("num_batches_tracked")]
+        np.savez(args.init_out, *state)
     optimizer = torch.optim.Adam(net.parameters(), lr=2e-3)
     loss_fn = nn.CrossEntropyLoss()
     rng = np.random.default_rng(args.seed)

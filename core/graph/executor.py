@@ -216,7 +216,7 @@ class Executable:
             kernel = host(node, ins, outs)
             if kernel is not None:
                 return kernel
-        if node.shape is not None and outs[0] is not None and not node.prim.mutates:
+        if node.shape is not None and outs[0] is not None:  # (an op writing state in place writes it too)
             kernel = _half_gemm(node, ins, outs[0])
             if kernel is not None:
                 return kernel
@@ -224,8 +224,19 @@ class Executable:
             if kernel is not None:
                 _attach_gemm(kernel, node, ins, outs[0])
                 return kernel
+        elif node.shape is None and node.prim.num_outputs > 1 and node.prim.lowering is not None:
+            kernel = lowering.out_kernel(node, ins, self._outputs_by_index(node, arrays))
+            if kernel is not None:
+                return kernel
         self.copied_bytes += sum(o.nbytes for o in outs if isinstance(o, np.ndarray))
         return lowering.impl_kernel(node, ins, outs)
+
+    def _outputs_by_index(self, node, arrays):
+        """The planned buffer of each output of a several-output node, None where it is unused."""
+        outs = [None] * node.prim.num_outputs
+        for projection in self._projections.get(id(node), []):
+            outs[projection.value] = arrays.get(id(projection))
+        return outs
 
     # -- running ----------------------------------------------------------------------------------
     def native(self):

@@ -195,7 +195,9 @@ def _bernoulli_mask_into(node, ins, out):
 
 
 def out_kernel(node, ins, out):
-    """A callable computing `node` into `out` with no allocation, or None when there is no entry."""
+    """A callable computing `node` into `out` with no allocation, or None when there is no entry.
+    For a node with several outputs `out` is their list (None for an unused one); an op writing
+    state in place does that write too."""
     build = node.prim.lowering
     return None if build is None else build(node, ins, out)
 

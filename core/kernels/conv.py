@@ -35,7 +35,7 @@ from . import _native
 
 __all__ = ["conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input", "im2col", "col2im",
            "max_pool2d_forward", "max_pool2d_backward", "max_pool2d_select",
-           "avg_pool2d_forward", "avg_pool2d_backward", "output_hw"]
+           "avg_pool2d_forward", "avg_pool2d_backward", "output_hw", "conv2d_c_call", "pool2d_c_call"]
 
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -428,3 +428,59 @@ def conv2d_backward_input(grad, w, x_shape, stride, padding, dilation, groups=1,
     native(np.ascontiguousarray(grad), np.ascontiguousarray(w), dx,
            _geometry(x_shape, out_hw, w.shape[2:], stride, padding, dilation), w.shape[0], groups)
     return dx
+
+
+def conv2d_c_call(name, a, b, out, stride, padding, dilation, groups=1):
+    """(address, params) of the C entry of the convolution pass `name` (conv2d_forward,
+    conv2d_backward_filter, conv2d_backward_input) on these operands, in the order of its function
+    here and with its `out`, for the compiled step loop: params = (is_double, the 14 geometry values,
+    out_channels, groups). None when the C++ kernel would not run on them."""
+    if not all(isinstance(v, np.ndarray) and v.flags.c_contiguous for v in (a, b, out)):
+        return None
+    if a.dtype != b.dtype or a.dtype != out.dtype or _conv_kernel(name, a, b) is None or not a.shape[0]:
+        return None
+    if name == "conv2d_forward":
+        x_shape, w_shape, y_shape = a.shape, b.shape, None
+    elif name == "conv2d_backward_filter":
+        x_shape, w_shape, y_shape = a.shape, out.shape, b.shape
+    else:
+        x_shape, w_shape, y_shape = out.shape, b.shape, a.shape
+    _conv_geometry(x_shape, w_shape, groups, name)
+    full = output_hw(x_shape[2:], w_shape[2:], stride, padding, dilation)
+    out_hw = full if y_shape is None else _covered_hw(x_shape, w_shape[2:], stride, padding, dilation, y_shape[2:],
+                                                      name)
+    expected = {"conv2d_forward": (x_shape[0], w_shape[0]) + out_hw}.get(name)
+    if expected is not None and out.shape != expected:
+        return None
+    if y_shape is not None and y_shape[:2] != (x_shape[0], w_shape[0]):
+        return None
+    geometry = _geometry(x_shape, out_hw, w_shape[2:], stride, padding, dilation)
+    params = [int(a.dtype == np.float64), *geometry, int(w_shape[0]), int(groups)]
+    return _native("conv_c_entry")(name), params
+
+
+# each pooling pass: (index of the operand with the input's shape or None, the input-shaped operands,
+# the window-shaped operands), over its arrays in the order of its function here (out last)
+_POOL_OPERANDS = {"max_pool2d_forward": (0, (0,), (1,)), "max_pool2d_backward": (0, (0, 2), (1,)),
+                  "max_pool2d_select": (0, (0, 1), (2,)), "avg_pool2d_forward": (0, (0,), (1,)),
+                  "avg_pool2d_backward": (None, (1,), (0,))}
+
+
+def pool2d_c_call(name, arrays, kernel, stride, padding, count_include_pad=False, input_shape=None):
+    """(address, params) of the C entry of the pooling pass `name` on `arrays` (its operands in the
+    order of its function here, then its out), for the compiled step loop: params = (is_double, the
+    14 geometry values, count_include_pad). None when the C++ kernel would not run on them."""
+    if not all(isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == arrays[0].dtype for a in arrays):
+        return None
+    if _kernel_for(name, arrays[0]) is None or _native("pool_c_entry") is None:
+        return None
+    source, full, windows = _POOL_OPERANDS[name]
+    x_shape = tuple(arrays[source].shape) if source is not None else tuple(int(v) for v in input_shape)
+    if len(x_shape) != 4:
+        return None
+    out_hw = output_hw(x_shape[2:], kernel, stride, padding)
+    if any(arrays[k].shape != x_shape for k in full) or any(arrays[k].shape != x_shape[:2] + out_hw for k in windows):
+        return None
+    params = [int(arrays[0].dtype == np.float64), *_geometry(x_shape, out_hw, kernel, stride, padding),
+              int(bool(count_include_pad))]
+    return _native("pool_c_entry")(name), params

@@ -13,17 +13,21 @@ with `avg_pool2d_grad` as its adjoint.
 Geometry attributes: `stride` and `dilation` are (h, w) pairs, `padding` is (top, bottom, left,
 right) in elements, `groups` splits channels (groups == channels is a depthwise convolution).
 """
+import ctypes
 from functools import partial
 
 import numpy as np
 
+from .. import autograd as _autograd
+
 from ..errors import ShapeError
 from ..kernels import conv as _k
+from ..kernels import norm as _kn
 from .primitive import defop
 
 __all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "max_pool2d", "max_pool2d_grad",
            "max_pool2d_select", "avg_pool2d", "avg_pool2d_grad", "conv_output_size", "same_padding",
-           "update_moving_average"]
+           "update_moving_average", "batch_norm_train", "batch_norm_train_grad"]
 
 
 def conv_output_size(size, kernel, stride, pad_before, pad_after, dilation=1):
@@ -203,16 +207,46 @@ def _attr(node, name):
     return tuple(value) if isinstance(value, list) else value
 
 
-conv2d.deflowering(_into_planned(_k.conv2d_forward, ("stride", "padding", "dilation", "groups")))
-conv2d_backprop_input.deflowering(_into_planned(
-    _k.conv2d_backward_input, ("input_shape", "stride", "padding", "dilation", "groups")))
-conv2d_backprop_filter.deflowering(_into_planned(
-    _k.conv2d_backward_filter, ("filter_shape", "stride", "padding", "dilation", "groups")))
-max_pool2d.deflowering(_into_planned(_k.max_pool2d_forward, ("kernel", "stride", "padding")))
-max_pool2d_grad.deflowering(_into_planned(_k.max_pool2d_backward, ("kernel", "stride", "padding")))
-max_pool2d_select.deflowering(_into_planned(_k.max_pool2d_select, ("kernel", "stride", "padding")))
-avg_pool2d.deflowering(_into_planned(_k.avg_pool2d_forward, ("kernel", "stride", "padding", "count_include_pad")))
-avg_pool2d_grad.deflowering(_into_planned(
+def _conv_planned(kernel_fn, shape_attr):
+    """A convolution pass into its planned buffer, with the C entry the compiled step loop calls
+    directly when the C++ kernel runs on these buffers."""
+    names = ((shape_attr,) if shape_attr else ()) + ("stride", "padding", "dilation", "groups")
+    build_call = _into_planned(kernel_fn, names)
+
+    def build(node, ins, out):
+        kernel = build_call(node, ins, out)
+        if kernel is None:
+            return None
+        a = node.attrs
+        call = _k.conv2d_c_call(kernel_fn.__name__, ins[0], ins[1], out, _attr(node, "stride"), _attr(node, "padding"),
+                                _attr(node, "dilation"), a["groups"])
+        return kernel if call is None else _native_call(kernel, call[0], [ins[0], ins[1], out], call[1])
+    return build
+
+
+conv2d.deflowering(_conv_planned(_k.conv2d_forward, None))
+conv2d_backprop_input.deflowering(_conv_planned(_k.conv2d_backward_input, "input_shape"))
+conv2d_backprop_filter.deflowering(_conv_planned(_k.conv2d_backward_filter, "filter_shape"))
+def _pool_planned(kernel_fn, names):
+    """A pooling pass into its planned buffer, with its C entry when the C++ kernel runs on it."""
+    build_call = _into_planned(kernel_fn, names)
+
+    def build(node, ins, out):
+        kernel = build_call(node, ins, out)
+        if kernel is None:
+            return None
+        call = _k.pool2d_c_call(kernel_fn.__name__, [*ins, out], _attr(node, "kernel"), _attr(node, "stride"),
+                                _attr(node, "padding"), node.attrs.get("count_include_pad", False),
+                                node.attrs.get("input_shape"))
+        return kernel if call is None else _native_call(kernel, call[0], [*ins, out], call[1])
+    return build
+
+
+max_pool2d.deflowering(_pool_planned(_k.max_pool2d_forward, ("kernel", "stride", "padding")))
+max_pool2d_grad.deflowering(_pool_planned(_k.max_pool2d_backward, ("kernel", "stride", "padding")))
+max_pool2d_select.deflowering(_pool_planned(_k.max_pool2d_select, ("kernel", "stride", "padding")))
+avg_pool2d.deflowering(_pool_planned(_k.avg_pool2d_forward, ("kernel", "stride", "padding", "count_include_pad")))
+avg_pool2d_grad.deflowering(_pool_planned(
     _k.avg_pool2d_backward, ("input_shape", "kernel", "stride", "padding", "count_include_pad")))
 
 
@@ -225,6 +259,121 @@ def update_moving_average(state, value, momentum):
     state *= momentum
     state += (1.0 - momentum) * np.asarray(value, dtype=state.dtype)
     return state
+
+
+def _native_call(kernel, entry, arrays, params):
+    """Give `kernel` (a partial over planned buffers) the C entry the compiled step loop calls
+    directly; `params` are int64 values (floats travel as their double's bits)."""
+    if entry is None:
+        return kernel
+    pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+    values = (ctypes.c_int64 * len(params))(*params)
+    kernel.native = ("kernel", entry, pointers, values)
+    kernel.keep = arrays
+    return kernel
+
+
+def _double_bits(value):
+    return int(np.array(float(value), np.float64).view(np.int64))
+
+
+def _bn_arrays(arrays):
+    """The arrays as float32/float64 of one dtype for the fused kernels (float16 through float32)."""
+    dtype = _compute_dtype(*arrays)
+    return [np.ascontiguousarray(a, dtype) for a in arrays], dtype
+
+
+@defop("batch_norm_train", mutates=(3, 4), attrs=("eps", "momentum"))
+def batch_norm_train(x, gamma, beta, moving_mean, moving_var, eps=1e-5, momentum=0.9):
+    """Training-mode batch norm of x (N, C, ...) over every axis but 1, in one fused pass each way:
+    (x - batch mean) / sqrt(batch var + eps) * gamma + beta; moving_mean and moving_var are moved in
+    place, moving = momentum * moving + (1 - momentum) * batch (MindSpore's momentum; the unbiased
+    batch variance)."""
+    (xc, g, b), dtype = _bn_arrays((x, gamma, beta))
+    if moving_mean.dtype == dtype and moving_var.dtype == dtype:
+        y, _, _ = _kn.batch_norm_forward(xc, g, b, moving_mean, moving_var, eps, momentum)
+    else:  # statistics kept in another precision than x (float16 networks): move them through a copy
+        states = [moving_mean.astype(dtype), moving_var.astype(dtype)]
+        y, _, _ = _kn.batch_norm_forward(xc, g, b, *states, eps, momentum)
+        np.copyto(moving_mean, states[0], casting="unsafe")
+        np.copyto(moving_var, states[1], casting="unsafe")
+    return y.astype(np.result_type(x, gamma, beta), copy=False)
+
+
+@batch_norm_train.defvjp
+def _(ctx, gy):
+    x, gamma, beta = ctx.inputs[:3]
+    eps = ctx.attrs["eps"]
+    if _autograd.state.recording:  # an outer gradient is open: the backward in differentiable ops
+        gx, ggamma, gbeta = _batch_norm_grad_ops(x, gy, gamma, eps)
+    else:
+        gx, ggamma, gbeta = batch_norm_train_grad(x, gy, gamma, eps)
+    needs = ctx.needs
+    return (gx if needs[0] else None, ggamma if needs[1] else None, gbeta if needs[2] else None, None, None)
+
+
+def _batch_norm_grad_ops(x, gy, gamma, eps):
+    from .math import add, mul, rsqrt, sub
+    from .reduce import mean, reshape_to, sum as _sum
+    axes = (0,) + tuple(range(2, len(x.shape)))
+    shape = (1, -1) + (1,) * (len(x.shape) - 2)
+    centered = sub(x, mean(x, axes, keepdims=True))
+    invstd = rsqrt(add(mean(mul(centered, centered), axes, keepdims=True), eps))
+    xhat = mul(centered, invstd)
+    gy_mean = mean(gy, axes, keepdims=True)
+    gy_xhat_mean = mean(mul(gy, xhat), axes, keepdims=True)
+    gx = mul(mul(reshape_to(gamma, shape), invstd), sub(sub(gy, gy_mean), mul(xhat, gy_xhat_mean)))
+    return gx, _sum(mul(gy, xhat), axes), _sum(gy, axes)
+
+
+@defop("batch_norm_train_grad", num_outputs=3, differentiable=False, attrs=("eps",))
+def batch_norm_train_grad(x, gy, gamma, eps=1e-5):
+    """(gx, ggamma, gbeta): batch_norm_train's gradients for the output gradient gy (the batch
+    statistics recomputed from x in the same pass). Gradients of higher order differentiate the
+    same formula written in ops instead."""
+    (xc, g, gyc), _ = _bn_arrays((x, gamma, gy))
+    gx, ggamma, gbeta = _kn.batch_norm_backward(xc, gyc, g, eps)
+    return (gx.astype(np.result_type(x, gy), copy=False), ggamma.astype(gamma.dtype, copy=False),
+            gbeta.astype(gamma.dtype, copy=False))
+
+
+def _bn_ready(arrays):
+    return (all(isinstance(a, np.ndarray) for a in arrays) and arrays[0].dtype in (np.float32, np.float64)
+            and all(a.dtype == arrays[0].dtype and a.flags.c_contiguous for a in arrays))
+
+
+def _bn_shape(x):
+    return [int(x.shape[0]), int(x.shape[1]), int(np.prod(x.shape[2:], dtype=np.int64))]
+
+
+@batch_norm_train.deflowering
+def _(node, ins, out):
+    x, gamma, beta, moving_mean, moving_var = ins
+    if not _bn_ready([out, x, gamma, beta, moving_mean, moving_var]):
+        return None
+    eps, momentum = node.attrs["eps"], node.attrs["momentum"]
+    mean, var = np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype)  # statistics not kept
+    kernel = partial(_kn.batch_norm_forward, x, gamma, beta, moving_mean, moving_var, eps, momentum,
+                     out=(out, mean, var))
+    params = [int(x.dtype == np.float64), *_bn_shape(x), _double_bits(eps), _double_bits(momentum)]
+    return _native_call(kernel, _kn.c_entry("batch_norm_forward"),
+                        [x, gamma, beta, moving_mean, moving_var, out, mean, var], params)
+
+
+@batch_norm_train_grad.deflowering
+def _(node, ins, outs):
+    """Several outputs: `outs` holds one planned buffer per output (None where unused)."""
+    x, gy, gamma = ins
+    if not _bn_ready([x, gy, gamma]):
+        return None
+    outs = [np.empty(shape, x.dtype) if o is None else o
+            for o, shape in zip(outs, (x.shape, gamma.shape, gamma.shape))]
+    if not _bn_ready([x, *outs]):
+        return None
+    eps = node.attrs["eps"]
+    kernel = partial(_kn.batch_norm_backward, x, gy, gamma, eps, out=tuple(outs))
+    params = [int(x.dtype == np.float64), *_bn_shape(x), _double_bits(eps)]
+    return _native_call(kernel, _kn.c_entry("batch_norm_backward"), [x, gy, gamma, *outs], params)
 
 
 # ---- sharding rules (the parallel planner's loop nests) --------------------------------------------

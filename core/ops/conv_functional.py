@@ -146,6 +146,9 @@ def batch_norm(input, running_mean, running_var, weight, bias, training=False, m
     takes MindSpore's momentum, the weight of the old value.)"""
     axes = (0,) + tuple(range(2, len(input.shape)))
     shape = (1, -1) + (1,) * (len(input.shape) - 2)
+    if training and _fused(input, running_mean, running_var, weight, bias):
+        return _conv.batch_norm_train(input, weight, bias, running_mean, running_var, eps=float(eps),
+                                      momentum=1.0 - float(momentum))
     if training:
         batch_mean = mean(input, axes, keepdims=True)
         centered = sub(input, batch_mean)
@@ -164,6 +167,15 @@ def batch_norm(input, running_mean, running_var, weight, bias, training=False, m
     if bias is not None:
         normalized = add(normalized, reshape_to(bias, shape))
     return normalized
+
+
+def _fused(input, running_mean, running_var, weight, bias):  # noqa: A002
+    """The one-kernel training pass fits: float input and per-channel state and affine parameters."""
+    if any(v is None for v in (running_mean, running_var, weight, bias)) or len(input.shape) < 2:
+        return False
+    channels = (input.shape[1],)
+    return np.dtype(input.dtype).kind == "f" and all(np.dtype(v.dtype).kind == "f" and tuple(v.shape) == channels
+                                                     for v in (running_mean, running_var, weight, bias))
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):  # noqa: A002

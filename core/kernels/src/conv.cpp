@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "small_gemm.h"
 #include "window_geometry.h"
 
 namespace mstrain {
@@ -19,6 +20,30 @@ inline void valid_columns(const Geometry& g, int64_t offset, int64_t& lo, int64_
     hi = last <= 0 ? 0 : (last + g.sw - 1) / g.sw;
     lo = std::min(lo, g.ow);
     hi = std::max(lo, std::min(hi, g.ow));
+}
+
+// One im2col row at stride 1 when output and input rows are equally long: the input rows it reads are
+// consecutive and so are its output rows, so all of it is one copy, then the columns that fall in the
+// padding (which that copy filled with the neighbouring row's ends) are zeroed.
+template <typename T>
+void shifted_rows(const T* src, T* dst, const Geometry& g, int64_t row_offset, int64_t col_offset, int64_t lo,
+                  int64_t hi) {
+    const int64_t first = std::max<int64_t>(0, g.pt - row_offset);                 // first output row inside
+    const int64_t last = std::min<int64_t>(g.oh, g.h + g.pt - row_offset);          // one past the last
+    if (first >= last || lo >= hi) {
+        std::fill(dst, dst + g.out_plane(), T(0));
+        return;
+    }
+    std::fill(dst, dst + first * g.ow + lo, T(0));
+    const T* from = src + (first - g.pt + row_offset) * g.w - g.pl + col_offset + lo;
+    const int64_t count = (last - 1 - first) * g.ow + (hi - lo);
+    std::memcpy(dst + first * g.ow + lo, from, sizeof(T) * count);
+    std::fill(dst + (last - 1) * g.ow + hi, dst + g.out_plane(), T(0));
+    for (int64_t r = first; r < last; ++r) {
+        T* row = dst + r * g.ow;
+        for (int64_t q = 0; q < lo; ++q) row[q] = T(0);
+        for (int64_t q = hi; q < g.ow; ++q) row[q] = T(0);
+    }
 }
 
 // cols[(c * kh + i) * kw + j, (n * OH + oh) * OW + ow] = x[n, c, oh*sh - pt + i*dh, ow*sw - pl + j*dw] (0 outside).
@@ -36,6 +61,10 @@ void im2col(const T* x, T* cols, const Geometry& g) {
                 const int64_t col_offset = j * g.dw;
                 int64_t lo, hi;
                 valid_columns(g, col_offset, lo, hi);
+                if (g.sh == 1 && g.sw == 1 && g.ow == g.w) {
+                    shifted_rows(src, dst, g, i * g.dh, col_offset, lo, hi);
+                    continue;
+                }
                 for (int64_t r = 0; r < g.oh; ++r) {
                     T* row = dst + r * g.ow;
                     const int64_t ih = r * g.sh - g.pt + i * g.dh;
@@ -57,9 +86,30 @@ void im2col(const T* x, T* cols, const Geometry& g) {
     }
 }
 
-// The adjoint of im2col: x[n, c, ih, iw] = sum of the cols entries im2col read from there.
+// shifted_rows' adjoint on a scratch column row: its padding columns are zeroed, then the row is one
+// contiguous sum into the consecutive input rows it covers (the zeroed entries land harmlessly on the
+// neighbouring rows' ends).
 template <typename T>
-void col2im(const T* cols, T* x, const Geometry& g) {
+void add_shifted_rows(T* src, T* dst, const Geometry& g, int64_t row_offset, int64_t col_offset, int64_t lo,
+                      int64_t hi) {
+    const int64_t first = std::max<int64_t>(0, g.pt - row_offset);
+    const int64_t last = std::min<int64_t>(g.oh, g.h + g.pt - row_offset);
+    if (first >= last || lo >= hi) return;
+    for (int64_t r = first; r < last; ++r) {
+        T* row = src + r * g.ow;
+        for (int64_t q = 0; q < lo; ++q) row[q] = T(0);
+        for (int64_t q = hi; q < g.ow; ++q) row[q] = T(0);
+    }
+    T* out = dst + (first - g.pt + row_offset) * g.w - g.pl + col_offset + lo;
+    const T* in = src + first * g.ow + lo;
+    const int64_t count = (last - 1 - first) * g.ow + (hi - lo);
+    for (int64_t t = 0; t < count; ++t) out[t] += in[t];
+}
+
+// The adjoint of im2col: x[n, c, ih, iw] = sum of the cols entries im2col read from there. With
+// `scratch` (cols may be overwritten) rows at stride 1 as long as the input's go through add_shifted_rows.
+template <typename T>
+void col2im(const T* cols, T* x, const Geometry& g, T* scratch = nullptr) {
     const int64_t np = g.n * g.out_plane();
     const bool parallel = g.planes() * g.kh * g.kw * g.out_plane() >= kParallelGrain && may_fork();
 #pragma omp parallel for if (parallel) schedule(static)
@@ -69,10 +119,15 @@ void col2im(const T* cols, T* x, const Geometry& g) {
         std::fill(dst, dst + g.in_plane(), T(0));
         for (int64_t i = 0; i < g.kh; ++i) {
             for (int64_t j = 0; j < g.kw; ++j) {
-                const T* src = cols + ((c * g.kh + i) * g.kw + j) * np + n * g.out_plane();
+                const int64_t at = ((c * g.kh + i) * g.kw + j) * np + n * g.out_plane();
+                const T* src = cols + at;
                 const int64_t col_offset = j * g.dw;
                 int64_t lo, hi;
                 valid_columns(g, col_offset, lo, hi);
+                if (scratch && g.sh == 1 && g.sw == 1 && g.ow == g.w) {
+                    add_shifted_rows(scratch + at, dst, g, i * g.dh, col_offset, lo, hi);
+                    continue;
+                }
                 for (int64_t r = 0; r < g.oh; ++r) {
                     const int64_t ih = r * g.sh - g.pt + i * g.dh;
                     if (ih < 0 || ih >= g.h) continue;
@@ -218,9 +273,96 @@ int max_slots() {
 #endif
 }
 
+// The filter gradient from its per-chunk transposed parts (rows/groups x O/groups per group): the parts
+// summed in chunk order, then transposed into dw (O, C/groups, kh, kw).
+template <typename T>
+void finish_filter(T* parts, int64_t chunks, int64_t part, T* dw, int64_t rows_g, int64_t o_g, int64_t groups) {
+    T* total = parts;
+    for (int64_t chunk = 1; chunk < chunks; ++chunk) {
+        const T* add = parts + chunk * part;
+        for (int64_t i = 0; i < part; ++i) total[i] += add[i];
+    }
+    for (int64_t k = 0; k < groups; ++k) {
+        const T* src = total + k * rows_g * o_g;
+        for (int64_t oc = 0; oc < o_g; ++oc) {
+            for (int64_t r = 0; r < rows_g; ++r) dw[(k * o_g + oc) * rows_g + r] = src[r * o_g + oc];
+        }
+    }
+}
+
+// -- float32 with the small-GEMM kernels (small_gemm.h): one sample at a time, the products read and
+// write the NCHW arrays directly (no channel-major copies); its columns stay in the L2 cache.
+// Per sample the products are O x P x (C kh kw): below about 128 output positions (7x7 planes) a
+// product that wide is too small, and the chunked BLAS path (several samples per product) is faster;
+// so is BLAS for a filter gradient of fewer than 16 columns rows (the stem of a network). Measured on
+// ResNet-8 layers (AVX-512, one thread).
+bool use_small_gemm(const float*, const Geometry& g, bool filter) {
+    return small_gemm::available() && g.out_plane() >= 128 && (!filter || g.c * g.kh * g.kw >= 16);
+}
+bool use_small_gemm(const double*, const Geometry&, bool) { return false; }
+
+void conv_forward_small(const float* x, const float* w, float* out, const Geometry& g, int64_t o, int64_t groups) {
+    const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), rows_g = rows / groups, o_g = o / groups;
+    Scratch<float> cols(max_slots() * rows * p);
+    for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
+        float* c = cols.data() + slot * rows * p;
+        im2col(x + n0 * g.c * g.in_plane(), c, chunk_of(g, 1));
+        for (int64_t k = 0; k < groups; ++k) {
+            small_gemm::gemm(o_g, p, rows_g, w + k * o_g * rows_g, rows_g, 1, c + k * rows_g * p, p,
+                             out + (n0 * o + k * o_g) * p, p, false);
+        }
+    });
+}
+
+// dx: per sample, columns = w^T @ grad (w read transposed in place), then col2im.
+void conv_backward_input_small(const float* grad, const float* w, float* dx, const Geometry& g, int64_t o,
+                               int64_t groups) {
+    const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), rows_g = rows / groups, o_g = o / groups;
+    Scratch<float> cols(max_slots() * rows * p);
+    for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
+        float* c = cols.data() + slot * rows * p;
+        for (int64_t k = 0; k < groups; ++k) {
+            small_gemm::gemm(rows_g, p, o_g, w + k * o_g * rows_g, 1, rows_g, grad + (n0 * o + k * o_g) * p, p,
+                             c + k * rows_g * p, p, false);
+        }
+        col2im(c, dx + n0 * g.c * g.in_plane(), chunk_of(g, 1), c);
+    });
+}
+
+// dw: per block of kFilterBlock samples (a fixed grouping: the sums do not depend on the thread count),
+// dw^T (rows x O) += columns (rows x P) @ grad^T (P x O), the blocks summed in order.
+constexpr int64_t kFilterBlock = 8;
+
+void conv_backward_filter_small(const float* x, const float* grad, float* dw, const Geometry& g, int64_t o,
+                                int64_t groups) {
+    const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), rows_g = rows / groups, o_g = o / groups;
+    const int64_t blocks = (g.n + kFilterBlock - 1) / kFilterBlock, part = rows_g * o, slots = max_slots();
+    Scratch<float> cols(slots * rows * p), grad_t(slots * p * o), parts(blocks * part);
+    for_each_chunk(g.n, kFilterBlock, [&](int64_t n0, int64_t b, int slot) {
+        float* c = cols.data() + slot * rows * p;
+        float* gt = grad_t.data() + slot * p * o;
+        float* dw_t = parts.data() + (n0 / kFilterBlock) * part;
+        for (int64_t s = 0; s < b; ++s) {
+            im2col(x + (n0 + s) * g.c * g.in_plane(), c, chunk_of(g, 1));
+            const float* gs = grad + (n0 + s) * o * p;
+            for (int64_t ch = 0; ch < o; ++ch) {
+                for (int64_t q = 0; q < p; ++q) gt[q * o + ch] = gs[ch * p + q];
+            }
+            for (int64_t k = 0; k < groups; ++k) {
+                small_gemm::gemm(rows_g, o_g, p, c + k * rows_g * p, p, 1, gt + k * o_g, o, dw_t + k * rows_g * o_g,
+                                 o_g, s > 0);
+            }
+        }
+    });
+    finish_filter(parts.data(), blocks, part, dw, rows_g, o_g, groups);
+}
+
 // out (N, O, OH, OW) = conv(x, w); w is (O, C/groups, kh, kw).
 template <typename T>
 void conv_forward(const T* x, const T* w, T* out, const Geometry& g, int64_t o, int64_t groups) {
+    if constexpr (sizeof(T) == 4) {
+        if (use_small_gemm(x, g, false)) return conv_forward_small(x, w, out, g, o, groups);
+    }
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
     const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_slots();
     Scratch<T> cols(slots * rows * step * p), block(slots * o * step * p);
@@ -242,6 +384,9 @@ void conv_forward(const T* x, const T* w, T* out, const Geometry& g, int64_t o, 
 // the thread count.
 template <typename T>
 void conv_backward_filter(const T* x, const T* grad, T* dw, const Geometry& g, int64_t o, int64_t groups) {
+    if constexpr (sizeof(T) == 4) {
+        if (use_small_gemm(x, g, true)) return conv_backward_filter_small(x, grad, dw, g, o, groups);
+    }
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
     const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_slots();
     const int64_t chunks = (g.n + step - 1) / step, part = rows_g * o;
@@ -260,22 +405,15 @@ void conv_backward_filter(const T* x, const T* grad, T* dw, const Geometry& g, i
                     dw_t + k * rows_g * o_g, o_g);
         }
     });
-    T* total = parts.data();
-    for (int64_t chunk = 1; chunk < chunks; ++chunk) {
-        const T* add = parts.data() + chunk * part;
-        for (int64_t i = 0; i < part; ++i) total[i] += add[i];
-    }
-    for (int64_t k = 0; k < groups; ++k) {
-        const T* src = total + k * rows_g * o_g;
-        for (int64_t oc = 0; oc < o_g; ++oc) {
-            for (int64_t r = 0; r < rows_g; ++r) dw[(k * o_g + oc) * rows_g + r] = src[r * o_g + oc];
-        }
-    }
+    finish_filter(parts.data(), chunks, part, dw, rows_g, o_g, groups);
 }
 
 // dx (N, C, H, W) = the adjoint of conv in its input, applied to the output gradient g.
 template <typename T>
 void conv_backward_input(const T* grad, const T* w, T* dx, const Geometry& g, int64_t o, int64_t groups) {
+    if constexpr (sizeof(T) == 4) {
+        if (use_small_gemm(grad, g, false)) return conv_backward_input_small(grad, w, dx, g, o, groups);
+    }
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
     const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_slots();
     Scratch<T> cols(slots * rows * step * p), block(slots * o * step * p);
@@ -350,6 +488,47 @@ void conv2d_backward_input(py::array grad, py::array w, py::array dx, const std:
 }
 
 
+// -- C entries for the compiled step loop: p = the pass's three arrays in the order of its pybind11
+// entry; n = {is_double, the 14 geometry values, out_channels, groups}. The Python side checked the
+// shapes and handed over the BLAS when it built the call.
+template <typename Pass>
+void c_entry_call(void** p, const int64_t* n, Pass&& pass) {
+    const Geometry g(std::vector<int64_t>(n + 1, n + 15));
+    if (n[0]) {
+        pass(static_cast<const double*>(p[0]), static_cast<const double*>(p[1]), static_cast<double*>(p[2]), g,
+             n[15], n[16]);
+    } else {
+        pass(static_cast<const float*>(p[0]), static_cast<const float*>(p[1]), static_cast<float*>(p[2]), g, n[15],
+             n[16]);
+    }
+}
+
+extern "C" void ms_conv2d_forward(void** p, const int64_t* n) {
+    c_entry_call(p, n, [](auto x, auto w, auto out, const Geometry& g, int64_t o, int64_t groups) {
+        conv_forward(x, w, out, g, o, groups);
+    });
+}
+
+extern "C" void ms_conv2d_backward_filter(void** p, const int64_t* n) {
+    c_entry_call(p, n, [](auto x, auto grad, auto dw, const Geometry& g, int64_t o, int64_t groups) {
+        conv_backward_filter(x, grad, dw, g, o, groups);
+    });
+}
+
+extern "C" void ms_conv2d_backward_input(void** p, const int64_t* n) {
+    c_entry_call(p, n, [](auto grad, auto w, auto dx, const Geometry& g, int64_t o, int64_t groups) {
+        conv_backward_input(grad, w, dx, g, o, groups);
+    });
+}
+
+uintptr_t c_entry(const std::string& name) {
+    if (!g_blas.sgemm || !g_blas.dgemm) throw std::runtime_error("set_blas was not called");
+    if (name == "conv2d_forward") return reinterpret_cast<uintptr_t>(&ms_conv2d_forward);
+    if (name == "conv2d_backward_filter") return reinterpret_cast<uintptr_t>(&ms_conv2d_backward_filter);
+    if (name == "conv2d_backward_input") return reinterpret_cast<uintptr_t>(&ms_conv2d_backward_input);
+    throw std::invalid_argument("no C entry named " + name);
+}
+
 }  // namespace
 }  // namespace mstrain
 
@@ -365,6 +544,8 @@ PYBIND11_MODULE(_conv, m) {
           py::arg("geometry"), py::arg("out_channels"), py::arg("groups"));
     m.def("conv2d_backward_input", &mstrain::conv2d_backward_input, py::arg("grad"), py::arg("w"), py::arg("dx"),
           py::arg("geometry"), py::arg("out_channels"), py::arg("groups"));
+    m.def("conv_c_entry", &mstrain::c_entry, py::arg("name"),
+          "address of the C entry `void f(void**, const int64_t*)` of a pass, for the compiled step loop");
     m.attr("KERNELS") = py::make_tuple("conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input",
-                                       "conv_set_blas", "conv_im2col", "conv_col2im");
+                                       "conv_set_blas", "conv_im2col", "conv_col2im", "conv_c_entry");
 }

@@ -234,6 +234,47 @@ void avg_pool2d_backward(py::array grad, py::array dx, const std::vector<int64_t
          [&](auto a, auto b) { avg_pool_backward(a, b, g, count_include_pad); });
 }
 
+// -- C entries for the compiled step loop: p = the arrays of the pybind11 entry in its order (inputs,
+// then the output); n = {is_double, the 14 geometry values, count_include_pad (average pooling)}.
+template <typename Pass>
+void c_entry_call(void** p, const int64_t* n, Pass&& pass) {
+    const Geometry g(std::vector<int64_t>(n + 1, n + 15));
+    if (n[0]) {
+        pass(static_cast<double**>(static_cast<void*>(p)), g, n[15] != 0);
+    } else {
+        pass(static_cast<float**>(static_cast<void*>(p)), g, n[15] != 0);
+    }
+}
+
+extern "C" void ms_max_pool2d_forward(void** p, const int64_t* n) {
+    c_entry_call(p, n, [](auto a, const Geometry& g, bool) { max_pool_forward(a[0], a[1], g); });
+}
+
+extern "C" void ms_max_pool2d_backward(void** p, const int64_t* n) {
+    c_entry_call(p, n, [](auto a, const Geometry& g, bool) { max_pool_backward(a[0], a[1], a[2], g); });
+}
+
+extern "C" void ms_max_pool2d_select(void** p, const int64_t* n) {
+    c_entry_call(p, n, [](auto a, const Geometry& g, bool) { max_pool_select(a[0], a[1], a[2], g); });
+}
+
+extern "C" void ms_avg_pool2d_forward(void** p, const int64_t* n) {
+    c_entry_call(p, n, [](auto a, const Geometry& g, bool include) { avg_pool_forward(a[0], a[1], g, include); });
+}
+
+extern "C" void ms_avg_pool2d_backward(void** p, const int64_t* n) {
+    c_entry_call(p, n, [](auto a, const Geometry& g, bool include) { avg_pool_backward(a[0], a[1], g, include); });
+}
+
+uintptr_t c_entry(const std::string& name) {
+    if (name == "max_pool2d_forward") return reinterpret_cast<uintptr_t>(&ms_max_pool2d_forward);
+    if (name == "max_pool2d_backward") return reinterpret_cast<uintptr_t>(&ms_max_pool2d_backward);
+    if (name == "max_pool2d_select") return reinterpret_cast<uintptr_t>(&ms_max_pool2d_select);
+    if (name == "avg_pool2d_forward") return reinterpret_cast<uintptr_t>(&ms_avg_pool2d_forward);
+    if (name == "avg_pool2d_backward") return reinterpret_cast<uintptr_t>(&ms_avg_pool2d_backward);
+    throw std::invalid_argument("no C entry named " + name);
+}
+
 }  // namespace
 }  // namespace mstrain
 
@@ -248,6 +289,8 @@ PYBIND11_MODULE(_pool, m) {
           py::arg("count_include_pad"));
     m.def("avg_pool2d_backward", &mstrain::avg_pool2d_backward, py::arg("grad"), py::arg("dx"), py::arg("geometry"),
           py::arg("count_include_pad"));
+    m.def("pool_c_entry", &mstrain::c_entry, py::arg("name"),
+          "address of the C entry `void f(void**, const int64_t*)` of a pass, for the compiled step loop");
     m.attr("KERNELS") = py::make_tuple("max_pool2d_forward", "max_pool2d_backward", "max_pool2d_select",
-                                       "avg_pool2d_forward", "avg_pool2d_backward");
+                                       "avg_pool2d_forward", "avg_pool2d_backward", "pool_c_entry");
 }

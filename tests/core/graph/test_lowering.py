@@ -45,6 +45,11 @@ CASES.update({
     "avg_pool2d": ([X4], {**POOL, "count_include_pad": False}),
     "avg_pool2d_grad": ([GP], {"input_shape": X4.shape, **POOL, "count_include_pad": True}),
 })
+C4 = [RNG.standard_normal(4).astype(np.float32) for _ in range(3)] + [RNG.random(4).astype(np.float32) + 0.5]
+CASES.update({
+    "batch_norm_train": ([X4, *C4], {"eps": 1e-3, "momentum": 0.8}),
+    "batch_norm_train_grad": ([X4, 2 * X4 - 1, C4[0]], {"eps": 1e-3}),
+})
 for _name in ("sum", "mean", "max", "min", "prod"):
     for _axis, _keep in ((None, False), (0, True), (-1, False), ((0, 1), False)):
         CASES[f"{_name}:{_axis}:{_keep}"] = ([A], {"axis": _axis, "keepdims": _keep})
@@ -69,6 +74,8 @@ def test_out_kernel_equals_impl(key):
     prim = primitive.get(key.split(":")[0])
     inputs, attrs = _case(key)
     attrs = {**prim.attr_defaults, **attrs}
+    if prim.mutates or prim.num_outputs > 1:
+        return _check_state_and_outputs(prim, inputs, attrs)
     expected = np.asarray(prim.impl(*inputs, **attrs))
     out = np.full(expected.shape, 7, expected.dtype)
     nodes = [Node("const", value=v, shape=np.shape(v)) for v in inputs]
@@ -77,6 +84,25 @@ def test_out_kernel_equals_impl(key):
     kernel()
     kernel()  # twice: nothing accumulates
     np.testing.assert_array_equal(out, expected)
+
+
+def _check_state_and_outputs(prim, inputs, attrs):
+    """An op writing state in place, or with several outputs: one run of the lowering leaves the
+    state and every output as one run of the impl does."""
+    copies = [[x.copy() if k in prim.mutates else x for k, x in enumerate(inputs)] for _ in range(2)]
+    expected = prim.impl(*copies[0], **attrs)
+    expected = list(expected) if prim.num_outputs > 1 else [np.asarray(expected)]
+    outs = [np.full(e.shape, 7, e.dtype) for e in expected]
+    nodes = [Node("const", value=v, shape=np.shape(v)) for v in inputs]
+    single = prim.num_outputs == 1
+    node = Node("call", nodes, prim, attrs, shape=expected[0].shape if single else None,
+                dtype=expected[0].dtype if single else None)
+    kernel = out_kernel(node, copies[1], outs[0] if single else outs)
+    kernel()
+    for got, want in zip(outs, expected):
+        np.testing.assert_array_equal(got, want)
+    for k in prim.mutates:
+        np.testing.assert_array_equal(copies[1][k], copies[0][k])
 
 
 def test_every_out_kernel_is_tested():

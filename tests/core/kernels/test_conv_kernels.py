@@ -16,6 +16,7 @@ GEOMETRIES = [
     ((3, 2, 9, 8), (3, 2), (2, 3), (1, 2, 0, 1), (1, 1)),
     ((1, 4, 8, 9), (2, 3), (1, 2), (2, 1, 1, 2), (2, 1)),
     ((2, 1, 5, 5), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    ((2, 3, 6, 7), (3, 3), (1, 1), (2, 0, 1, 1), (2, 1)),  # stride 1, rows as long as the input's
 ]
 POOLS = [g for g in GEOMETRIES if g[3][0] < g[1][0] and g[3][1] < g[1][0] and max(g[3][2:]) < g[1][1]]
 
@@ -130,11 +131,15 @@ def test_bad_shapes_name_the_operand():
 
 CONV_NAMES = ["conv2d_forward", "conv2d_backward_filter", "conv2d_backward_input"]
 # (x shape, weight shape, stride, padding, dilation, groups); the last has columns of about 660 KB a
-# sample, so the C++ passes go through the batch in several chunks
+# sample, so the C++ passes go through the batch in several chunks. Float32 planes of >= 128 outputs
+# take the small-GEMM kernels: the last three (the first of them: 130 outputs, ragged rows and columns
+# of the register tiles, masked last columns, grouped, 10 samples = filter blocks of 8 and 2)
 CONVS = [
     ((2, 3, 7, 6), (4, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     ((3, 4, 9, 8), (6, 2, 3, 2), (2, 3), (1, 2, 0, 1), (1, 2), 2),
     ((2, 4, 6, 6), (4, 1, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 4),
+    ((10, 6, 13, 12), (10, 3, 3, 3), (1, 1), (1, 0, 2, 1), (2, 1), 2),
+    ((2, 4, 12, 14), (6, 4, 3, 3), (1, 1), (2, 2, 1, 1), (2, 1), 1),  # stride 1, rows as long as the input's
     ((3, 8, 48, 48), (5, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
 ]
 

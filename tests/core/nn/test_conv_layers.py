@@ -152,3 +152,28 @@ def test_compiled_sink_step_equals_eager_for_a_conv_net():
     np.testing.assert_allclose(sink_losses, eager_losses, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(sink_mean, eager_mean, rtol=1e-4, atol=1e-6)
     assert eager_losses[-1] < eager_losses[0]
+
+
+def test_compiled_step_calls_conv_pool_and_batch_norm_in_c():
+    """Every convolution, pooling and batch-norm pass of the loop-sunk step is a direct C call (and
+    the sink run above equals eager, so the C entries compute what the kernels do)."""
+    from mstrain.kernels import available
+    from mstrain.train.sink import GraphSinkRunner
+    if not all(available(k) for k in ("conv_c_entry", "pool_c_entry", "norm_c_entry")):
+        pytest.skip("C++ kernels are not built")
+    ms.set_seed(0)
+    net = _lenet_like()
+    net.set_train(True)
+    loss = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
+    runner = GraphSinkRunner(nn.TrainOneStepCell(loss, nn.Momentum(net.trainable_params(), 0.05, 0.9)))
+    rng = np.random.default_rng(1)
+    runner.run([(rng.standard_normal((8, 1, 14, 14)).astype(np.float32), rng.integers(0, 5, 8)) for _ in range(2)])
+    (entry,) = runner.compiled_calls()
+    passes = ("conv2d", "max_pool2d", "avg_pool2d", "batch_norm_train")
+    called = set()
+    for kernel, node in zip(entry.executable.plan, entry.executable.plan_nodes):
+        if node.op == "call" and node.prim.name.startswith(passes):
+            assert getattr(kernel, "native", None) is not None, node.prim.name
+            called.add(node.prim.name)
+    assert {"conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "max_pool2d", "max_pool2d_grad",
+            "avg_pool2d", "avg_pool2d_grad", "batch_norm_train", "batch_norm_train_grad"} <= called

@@ -1,5 +1,5 @@
-"""Op-table rows for core/ops/conv.py: convolution (and its two adjoints), max and average pooling
-(and state_ops.depend).
+"""Op-table rows for core/ops/conv.py: convolution (and its two adjoints), max and average pooling,
+training-mode batch norm (and state_ops.depend).
 References are direct loops over output positions in float64 (no im2col), so they check the
 strided-window arithmetic independently."""
 import numpy as np
@@ -101,6 +101,17 @@ def _distinct(*shape):
     return lambda rng: rng.permutation(np.arange(np.prod(shape), dtype=np.float64)).reshape(shape) * 0.1
 
 
+def _batch_norm_train(x, gamma, beta):
+    """Fresh running statistics on every call (the op moves them in place; the row checks y)."""
+    return conv.batch_norm_train(x, gamma, beta, np.zeros(2), np.ones(2), eps=1e-3, momentum=0.9)
+
+
+def _batch_norm_ref(x, gamma, beta):
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True)
+    return (x - mean) / np.sqrt(var + 1e-3) * gamma[None, :, None, None] + beta[None, :, None, None]
+
+
 CASES = [
     case(("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"),
          lambda x, w: conv.conv2d(x, w, **GEOMETRY), lambda x, w: _conv_ref(x, w, **GEOMETRY),
@@ -127,6 +138,8 @@ CASES = [
     case("depend", state_ops.depend, lambda v, e: v, normal(3, 2), normal(4), second_order=True),
     case("avg_pool2d_grad", lambda g: conv.avg_pool2d_grad(g, P_SHAPE, count_include_pad=False, **POOL),
          lambda g: _avg_adjoint_ref(g), lambda rng: rng.standard_normal(_avg_ref(np.zeros(P_SHAPE), True).shape)),
+    case("batch_norm_train", _batch_norm_train, _batch_norm_ref, normal(3, 2, 4, 3), normal(2), normal(2),
+         second_order=True),
 ]
 
 
