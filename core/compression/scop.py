@@ -10,14 +10,17 @@ Conv2d + BatchNorm2d into a `KnockoffConv2dBn`, the producers of one group shari
 scale. The network runs on the batch [X; X~] and every such layer mixes, per output channel c,
 the real feature with its knockoff counterpart,
 
-    real_out_c = beta_c * f_c(X) + (1 - beta_c) * f_c(X~),   beta_c = sigmoid(s_c) (learned),
+    real_out_c = beta_c * f_c(X) + (1 - beta_c) * f_c(X~),   beta_c = sigmoid(s_c), s_c = 0 at first,
 
-while the knockoff half flows on as the knockoff features of the next layer. A channel whose real
+while the knockoff half flows on as the knockoff features of the next layer. As in MindSpore Golden
+Stick's SCOP, by default only the scales learn in this phase (`freeze_network`: the weights and the
+BatchNorm statistics stay as trained) and the knockoff layer computes plain bn(conv(x)) in
+inference, so the scales measure the trained network without changing it. A channel whose real
 feature the network does not prefer over its knockoff (importance beta_c - (1 - beta_c) low) is
 removed by `PrunerFtCompressAlgo.apply` from its whole group: every producer Conv2d and
-BatchNorm2d gets physically fewer output channels (beta folded into the BatchNorm), every
-consumer Conv2d or Dense fewer inputs; the result is fine-tuned as an ordinary network. `convert`
-folds the BatchNorms for deployment.
+BatchNorm2d gets physically fewer output channels, every consumer Conv2d or Dense fewer inputs
+(what the network computes with those channels' BatchNorm outputs set to zero); the network is
+unfrozen and fine-tuned as an ordinary one. `convert` folds the BatchNorms for deployment.
 """
 import copy
 from dataclasses import dataclass
@@ -41,10 +44,12 @@ class ScopConfig(AlgoConfig):
     """prune_rate: fraction of each channel group's channels removed, least important first
     (0: remove those with importance below `threshold`). input_shape: one network input without
     the batch axis, for the trace that finds the channel groups (None: the first Conv2d's
-    in_channels at 32 x 32)."""
+    in_channels at 32 x 32). freeze_network: the knockoff phase trains only the scales (weights
+    frozen, BatchNorms on their moving statistics); PrunerFtCompressAlgo unfreezes them."""
     prune_rate: float = 0.5
     threshold: float = 0.0
     input_shape: Optional[Tuple[int, ...]] = None
+    freeze_network: bool = True
 
 
 def gaussian_knockoffs(x, shrinkage=0.3, seed=0):
@@ -84,7 +89,7 @@ def _probe_shape(network, input_shape):
 
 class KnockoffConv2dBn(Cell):
     """Conv2d + BatchNorm2d whose real output channels compete with their knockoffs (see module doc).
-    In training the input batch is [real; knockoff] halves; in inference the output is beta * bn(conv(x)).
+    In training the input batch is [real; knockoff] halves; in inference the output is bn(conv(x)).
     The producers of one channel group share one `kfscale` Parameter (and `group`)."""
 
     def __init__(self, conv, bn, bn_path, group, kfscale=None):
@@ -96,20 +101,22 @@ class KnockoffConv2dBn(Cell):
         self.kfscale = kfscale
 
     def beta(self):
+        # a sigmoid rather than Golden Stick's clip to [0, 1]: clipped scales saturate at 1 and tie
         return ops.reshape(ops.sigmoid(self.kfscale), (1, -1, 1, 1))
 
     def construct(self, x):
         y = self.bn(self.conv(x))
-        beta = self.beta()
         if not self.training:
-            return beta * y
+            return y
+        beta = self.beta()
         half = y.shape[0] // 2
         real, knockoff = y[:half], y[half:]
         return ops.concat((beta * real + (1.0 - beta) * knockoff, knockoff), 0)
 
     def importance(self):
         """beta - (1 - beta) per output channel (numpy)."""
-        return 2.0 * _sigmoid(self.kfscale.asnumpy()) - 1.0
+        scale = np.clip(self.kfscale.asnumpy().astype(np.float64), -500.0, 500.0)
+        return 2.0 / (1.0 + np.exp(-scale)) - 1.0
 
 
 def pair_with_knockoffs(x, knockoffs):
@@ -169,6 +176,8 @@ class PrunerKfCompressAlgo(CompAlgo):
                 layer = KnockoffConv2dBn(get_cell(network, conv_path), bn, bn_path, group, scale)
                 replace_cell(network, conv_path, layer)
             scale.name = group.name + ".kfscale"  # shared: named after the group's first producer
+        if self.config.freeze_network:
+            _freeze_all_but_scales(network)
         return network
 
     def convert(self, network):
@@ -203,6 +212,7 @@ class PrunerFtCompressAlgo(CompAlgo):
         if not layers:
             raise ValueError("PrunerFtCompressAlgo.apply: the network has no KnockoffConv2dBn layers "
                              "(apply PrunerKfCompressAlgo and train it first)")
+        _unfreeze(network)
         plans = {}
         for path, layer in layers:
             plans.setdefault(id(layer.group), (layer.group, self.kept_channels(layer), []))[2].append((path, layer))
@@ -211,9 +221,8 @@ class PrunerFtCompressAlgo(CompAlgo):
                 _slice_consumer(network, consumer_path, kept)
         for group, kept, producers in plans.values():
             for path, layer in producers:
-                beta = _sigmoid(layer.kfscale.asnumpy())
                 replace_cell(network, path, _sliced_conv(layer.conv, out_kept=kept))
-                replace_cell(network, layer.bn_path, _sliced_bn(layer.bn, kept, beta[kept]))
+                replace_cell(network, layer.bn_path, _sliced_bn(layer.bn, kept))
                 self.pruned[path] = (layer.conv.out_channels, len(kept))
         return network
 
@@ -225,8 +234,25 @@ class PrunerFtCompressAlgo(CompAlgo):
         return deployed.set_train(False)
 
 
-def _sigmoid(scale):
-    return 1.0 / (1.0 + np.exp(-np.clip(scale.astype(np.float64), -500.0, 500.0)))
+def _freeze_all_but_scales(network):
+    """Only the knockoff scales train; every BatchNorm2d normalises with its moving statistics.
+    What was changed is kept on the network for `_unfreeze`."""
+    scales = {id(layer.kfscale) for _, layer in find_cells(network, KnockoffConv2dBn)}
+    params = [p for p in network.get_parameters() if p.requires_grad and id(p) not in scales]
+    norms = [(bn, bn.use_batch_statistics) for _, bn in find_cells(network, BatchNorm2d)]
+    for param in params:
+        param.requires_grad = False
+    for bn, _ in norms:
+        bn.use_batch_statistics = False
+    object.__setattr__(network, "_scop_frozen", (params, norms))
+
+
+def _unfreeze(network):
+    params, norms = network.__dict__.pop("_scop_frozen", ((), ()))
+    for param in params:
+        param.requires_grad = True
+    for bn, use_batch_statistics in norms:
+        bn.use_batch_statistics = use_batch_statistics
 
 
 def _slice_consumer(network, path, kept):
@@ -262,11 +288,10 @@ def _sliced_conv(conv, out_kept=None, in_kept=None):
     return new
 
 
-def _sliced_bn(bn, kept, beta):
-    new = BatchNorm2d(len(kept), eps=bn.eps, momentum=bn.momentum)
-    for name, scale in (("gamma", beta), ("beta", beta), ("moving_mean", None), ("moving_variance", None)):
-        values = getattr(bn, name).asnumpy()[kept]
-        getattr(new, name).set_data(Tensor((values * scale if scale is not None else values).astype(np.float32)))
+def _sliced_bn(bn, kept):
+    new = BatchNorm2d(len(kept), eps=bn.eps, momentum=bn.momentum, use_batch_statistics=bn.use_batch_statistics)
+    for name in ("gamma", "beta", "moving_mean", "moving_variance"):
+        getattr(new, name).set_data(Tensor(getattr(bn, name).asnumpy()[kept].astype(np.float32)))
     return new
 
 

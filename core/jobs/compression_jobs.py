@@ -27,7 +27,8 @@ from .compression_config import LenetQatConfig, LenetSlbConfig, Resnet8ScopConfi
 from .mlp_mnist import load_mnist
 
 __all__ = ["mnist_images", "fit", "train_and_evaluate", "accuracy", "images_per_second",
-           "side_by_side_images_per_second", "run_qat", "run_slb", "run_scop"]
+           "side_by_side_images_per_second", "float_bytes", "train_float", "slb_search", "run_qat", "run_slb",
+           "run_scop"]
 
 
 def mnist_images(cfg):
@@ -126,6 +127,12 @@ def train_and_evaluate(cfg, network, name):
     return {"test_acc": acc, "epochs": cfg.train.epochs, "seconds": round(seconds, 3), "train_loss": loss}
 
 
+def train_float(cfg, network, name):
+    """Load the job's MNIST split and train `network` with its train / optimizer sections; returns
+    ((x_train, y_train), (x_test, y_test))."""
+    return _baseline(cfg, network, name)
+
+
 def _baseline(cfg, network, name):
     data = mnist_images(cfg)
     prepare_run(cfg)
@@ -160,33 +167,46 @@ def run_qat(cfg):
 @register_job("lenet_mnist_slb", schema=LenetSlbConfig)
 def run_slb(cfg):
     """LeNet-5 on MNIST: float, then SLB low-bit weight search; accuracy, bytes, compression and images/s."""
-    from ..compression import SlbConfig, SlbQuantAwareTraining, model_bytes
     from .lenet_mnist import LeNet5
     name, c = "lenet_mnist_slb", cfg.compression
     float_net = LeNet5()
-    (x_train, y_train), (x_test, y_test) = _baseline(cfg, float_net, name)
-    steps = -(-len(x_train) // cfg.train.batch_size) if cfg.train.sink_size <= 0 else cfg.train.sink_size
-    algo = SlbQuantAwareTraining(SlbConfig(
-        include=c.include, exclude=c.exclude, weight_bits=c.weight_bits, act_bits=c.act_bits, t_start=c.t_start,
-        t_end=c.t_end, total_steps=max(1, c.epochs * steps), ema_decay=c.ema_decay))
-    slb_net = algo.apply(copy.deepcopy(float_net))
-    fit(cfg, slb_net, x_train, y_train, name, c.epochs, c.lr, algo.callbacks())
-    low_bit = algo.convert(slb_net, save_path=cfg.report.save_path)
+    data = _baseline(cfg, float_net, name)
+    quant, low_bit = slb_search(cfg, float_net, data, c.weight_bits, cfg.report.save_path)
     _eager()
-    base = dict(_measure(cfg, float_net, x_test, y_test), bytes=float_bytes(float_net))
-    quant = dict(_measure(cfg, low_bit, x_test, y_test), bytes=model_bytes(low_bit))
+    base = dict(_measure(cfg, float_net, data[1][0], data[1][1]), bytes=float_bytes(float_net))
     _log(name, [("float", base), (f"slb w{c.weight_bits}a{c.act_bits}", quant)])
     return {"float": base, "slb": quant, "weight_bits": c.weight_bits, "act_bits": c.act_bits,
             "acc_drop": round(base["acc"] - quant["acc"], 4),
             "compression": round(base["bytes"] / quant["bytes"], 2)}
 
 
+def slb_search(cfg, float_net, data, weight_bits, save_path=None):
+    """SLB search of `weight_bits`-bit weights from a copy of the trained `float_net` with the
+    job's `compression` section; ({"acc", "images_per_s", "bytes"}, the low-bit network)."""
+    from ..compression import SlbConfig, SlbQuantAwareTraining, model_bytes
+    c = cfg.compression
+    (x_train, y_train), (x_test, y_test) = data
+    steps = -(-len(x_train) // cfg.train.batch_size) if cfg.train.sink_size <= 0 else cfg.train.sink_size
+    algo = SlbQuantAwareTraining(SlbConfig(
+        include=c.include, exclude=c.exclude, weight_bits=weight_bits, act_bits=c.act_bits, t_start=c.t_start,
+        t_end=c.t_end, total_steps=max(1, c.epochs * steps), ema_decay=c.ema_decay))
+    slb_net = algo.apply(copy.deepcopy(float_net))
+    fit(cfg, slb_net, x_train, y_train, "lenet_mnist_slb", c.epochs, c.lr, algo.callbacks())
+    low_bit = algo.convert(slb_net, save_path=save_path)
+    from ..context import get_context, set_context
+    mode = get_context("mode")
+    _eager()
+    row = dict(_measure(cfg, low_bit, x_test, y_test), bytes=model_bytes(low_bit))
+    set_context(mode=mode)  # a later search trains in the job's mode again
+    return row, low_bit
+
+
 @register_job("resnet8_mnist_scop", schema=Resnet8ScopConfig)
 def run_scop(cfg):
     """ResNet-8 on MNIST: float training, then two branches of equal length from those weights:
-    SCOP (knockoff training, pruning, fine-tuning) and the unpruned network trained on with the same
-    epochs and learning rates (the fair baseline); accuracy, parameters, FLOPs, conv channels and
-    images/s of both, side by side."""
+    SCOP (knockoff training, pruning, fine-tuning) and the unpruned network trained on for the same
+    epochs with the same schedule (the fair baseline); accuracy, parameters, FLOPs, conv channels
+    and images/s of both, side by side."""
     from ..compression import (KnockoffTrainNetwork, PrunerFtCompressAlgo, PrunerKfCompressAlgo, ScopConfig,
                                gaussian_knockoffs, pair_with_knockoffs)
     from .resnet_mnist import ResNet8
@@ -195,17 +215,20 @@ def run_scop(cfg):
     float_net = ResNet8()
     (x_train, y_train), (x_test, y_test) = _baseline(cfg, float_net, name)
     scop = ScopConfig(include=c.include, exclude=c.exclude, prune_rate=c.prune_rate, threshold=c.threshold,
-                      input_shape=(1, 28, 28))
+                      input_shape=(1, 28, 28), freeze_network=c.freeze_network)
     kf_net = PrunerKfCompressAlgo(scop).apply(copy.deepcopy(float_net))
     knockoffs = gaussian_knockoffs(x_train, shrinkage=c.knockoff_shrinkage, seed=cfg.train.seed)
     fit(cfg, kf_net, pair_with_knockoffs(x_train, knockoffs), y_train, name, c.kf_epochs, c.kf_lr,
         train_network=KnockoffTrainNetwork(kf_net))
     pruner = PrunerFtCompressAlgo(scop)
     pruned = pruner.apply(kf_net)
+    before_finetune = accuracy(copy.deepcopy(pruned), x_test, y_test, cfg.report.speed_batch)
     fit(cfg, pruned, x_train, y_train, name, c.finetune_epochs, c.finetune_lr)
     scop_seconds = time.perf_counter() - start
-    unpruned = float_net  # the baseline goes on with the same schedule, without knockoffs or pruning
-    fit(cfg, unpruned, x_train, y_train, name, c.kf_epochs, c.kf_lr)
+    # the baseline goes on for as many epochs, without knockoffs or pruning; its weights train in the
+    # knockoff epochs too (at the fine-tuning rate when SCOP's are frozen there)
+    unpruned = float_net
+    fit(cfg, unpruned, x_train, y_train, name, c.kf_epochs, c.finetune_lr if c.freeze_network else c.kf_lr)
     fit(cfg, unpruned, x_train, y_train, name, c.finetune_epochs, c.finetune_lr)
     _eager()
     rows = _scop_rows(cfg, [("unpruned", unpruned), ("pruned", pruned)], x_test, y_test, pruner)
@@ -215,7 +238,7 @@ def run_scop(cfg):
             "epochs": {"float": cfg.train.epochs, "knockoff": c.kf_epochs, "finetune": c.finetune_epochs,
                        "unpruned_total": cfg.train.epochs + c.kf_epochs + c.finetune_epochs},
             "channels_pruned": round(1 - small["conv_channels"] / base["conv_channels"], 4),
-            "acc_drop": round(base["acc"] - small["acc"], 4),
+            "acc_drop": round(base["acc"] - small["acc"], 4), "pruned_acc_before_finetune": round(before_finetune, 4),
             "params_ratio": round(small["params"] / base["params"], 4),
             "flops_ratio": round(small["flops"] / base["flops"], 4),
             "speedup": round(small["images_per_s"] / base["images_per_s"], 3),

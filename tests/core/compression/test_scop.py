@@ -95,14 +95,13 @@ def _np_conv(x, conv, stride, pad):
 
 
 def _np_unit(x, layer, stride, pad):
-    """A KnockoffConv2dBn in inference: beta * bn(conv(x)), in float64."""
+    """A KnockoffConv2dBn in inference: bn(conv(x)), in float64."""
     bn = layer.bn
     y = _np_conv(x, layer.conv, stride, pad)
     scale = bn.gamma.asnumpy() / np.sqrt(bn.moving_variance.asnumpy().astype(np.float64) + bn.eps)
     y = (y - bn.moving_mean.asnumpy().reshape(1, -1, 1, 1)) * scale.reshape(1, -1, 1, 1) \
         + bn.beta.asnumpy().reshape(1, -1, 1, 1)
-    beta = 1.0 / (1.0 + np.exp(-np.maximum(layer.kfscale.asnumpy().astype(np.float64), -500)))
-    return y * beta.reshape(1, -1, 1, 1)
+    return y
 
 
 def _np_resnet8(net, x):
@@ -130,33 +129,36 @@ def test_knockoff_training_then_pruning_every_group_computes_the_masked_network(
     knockoffs = gaussian_knockoffs(x, seed=0)
     net = ResNet8(widths=(8, 8, 16))
     _randomize_bn(net, rng)
+    original = copy.deepcopy(net).set_train(False)(Tensor(x[:16])).asnumpy()
     kf = PrunerKfCompressAlgo(ScopConfig(prune_rate=0.5, input_shape=(1, 12, 12)))
     net = kf.apply(net)
     assert len(kf.groups) == 6 and isinstance(net.layer2.conv1, KnockoffConv2dBn)
     assert isinstance(net.layer2.bn1, nn.Identity) and isinstance(net.layer3.down_sample[0], KnockoffConv2dBn)
     assert net.conv1.kfscale is net.layer1.conv2.kfscale  # one scale per coupled group
     assert net.layer3.conv2.kfscale is net.layer3.down_sample[0].kfscale
-    assert len([p for p in net.trainable_params() if p.name.endswith("kfscale")]) == 6
+    assert sorted(p.name for p in net.trainable_params()) == sorted(g.name + ".kfscale" for g in kf.groups)
     train = KnockoffTrainNetwork(net)
     dataset = ds.NumpySlicesDataset({"x": pair_with_knockoffs(x, knockoffs), "y": y}, shuffle=False).batch(16)
     model = Model(train, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
                   nn.Adam(train.trainable_params(), 1e-2))
     model.train(2, dataset, dataset_sink_mode=True, sink_size=2)
     for _, layer in find_cells(net, KnockoffConv2dBn):
-        assert np.abs(layer.kfscale.asnumpy()).max() > 0  # the knockoff competition moved every scale
-
-    # switch the channels the criterion rejects off in the unpruned network (beta = 0)
+        assert np.abs(layer.kfscale.asnumpy()).max() > 1e-3  # the knockoff competition moved every scale
     probe = copy.deepcopy(net).set_train(False)
+    # the scales alone learned: in inference the knockoff network is the network it was built from
+    np.testing.assert_allclose(probe(Tensor(x[:16])).asnumpy(), original, rtol=1e-5, atol=1e-6)
+
+    # switch the channels the criterion rejects off in the unpruned network (their BatchNorm outputs 0)
     ft = PrunerFtCompressAlgo(ScopConfig(prune_rate=0.5))
     for _, layer in find_cells(probe, KnockoffConv2dBn):
         kept = ft.kept_channels(layer)
         off = np.setdiff1d(np.arange(layer.conv.out_channels), kept)
         assert len(kept) == layer.conv.out_channels - layer.conv.out_channels // 2
         assert layer.importance()[kept].min() >= layer.importance()[off].max()
-        if layer.kfscale.asnumpy().min() > -1e4:
-            s = layer.kfscale.asnumpy().copy()
-            s[off] = -1e4
-            layer.kfscale.set_data(Tensor(s))
+        for name in ("gamma", "beta"):
+            values = getattr(layer.bn, name).asnumpy().copy()
+            values[off] = 0.0
+            getattr(layer.bn, name).set_data(Tensor(values))
     masked = _np_resnet8(probe, x[:16].astype(np.float64))
     np.testing.assert_allclose(probe(Tensor(x[:16])).asnumpy(), masked, rtol=1e-4, atol=1e-5)
 
@@ -166,9 +168,12 @@ def test_knockoff_training_then_pruning_every_group_computes_the_masked_network(
     assert ft.pruned["conv1"] == (8, 4) and ft.pruned["layer1.conv2"] == (8, 4) and len(ft.pruned) == 9
     assert _conv_channels(pruned) * 2 == _conv_channels(small)  # half of every convolution's outputs are gone
     assert pruned.conv1.weight.shape == (4, 1, 3, 3) and pruned.layer1.conv1.weight.shape == (4, 4, 3, 3)
-    assert pruned.layer3.conv2.weight.shape == (8, 8, 3, 3) and pruned.layer3.down_sample[0].weight.shape == (8, 4, 1, 1)
+    assert pruned.layer3.conv2.weight.shape == (8, 8, 3, 3)
+    assert pruned.layer3.down_sample[0].weight.shape == (8, 4, 1, 1)
     assert pruned.layer3.bn2.num_features == 8 and pruned.fc.weight.shape == (10, 8) and pruned.fc.in_channels == 8
     assert not find_cells(pruned, KnockoffConv2dBn)
+    assert len(pruned.trainable_params()) == len(small.trainable_params())  # unfrozen for the fine-tuning
+    assert all(bn.use_batch_statistics is None for _, bn in find_cells(pruned, nn.BatchNorm2d))
     pruned.set_train(False)
     np.testing.assert_allclose(pruned(Tensor(x[:16])).asnumpy(), masked, rtol=1e-4, atol=1e-5)
     assert count_params(pruned) < 0.35 * params_before and count_macs(pruned, (1, 12, 12)) < 0.35 * macs_before
@@ -184,7 +189,7 @@ def test_threshold_rule_and_config_checks():
     layer.kfscale.set_data(Tensor(np.array([2.0, -1.0, 0.5, -3.0], np.float32)))
     np.testing.assert_array_equal(PrunerFtCompressAlgo(ScopConfig(prune_rate=0.0, threshold=0.0)).kept_channels(layer),
                                   [0, 2])
-    np.testing.assert_array_equal(PrunerFtCompressAlgo(ScopConfig(prune_rate=0.0, threshold=0.99)).kept_channels(layer),
+    np.testing.assert_array_equal(PrunerFtCompressAlgo(ScopConfig(prune_rate=0.0, threshold=0.5)).kept_channels(layer),
                                   [0])
     with pytest.raises(ValueError, match="prune_rate"):
         PrunerFtCompressAlgo({"prune_rate": 1.5})

@@ -34,8 +34,10 @@ def test_qat_job_reports_int8_beside_float_and_writes_the_file(repo_root, monkey
 
 def test_slb_job_two_bit_compresses_more_than_eightfold(repo_root, monkeypatch):
     monkeypatch.chdir(repo_root)
-    result, _ = _run("configs/lenet_mnist_slb.yaml", ["compression.epochs=1", "compression.weight_bits=2",
-                                                      "compression.act_bits=6", "report.save_path=null"])
+    # 3 + 2 epochs: one epoch of 640 images leaves LeNet-5 near chance on some runs
+    result, _ = _run("configs/lenet_mnist_slb.yaml", ["train.epochs=3", "compression.epochs=2",
+                                                      "compression.weight_bits=2", "compression.act_bits=6",
+                                                      "report.save_path=null"])
     assert result["weight_bits"] == 2 and result["act_bits"] == 6
     assert result["compression"] > 8 and result["slb"]["acc"] > 0.3
 
