@@ -191,6 +191,10 @@ def test_threshold_rule_and_config_checks():
                                   [0, 2])
     np.testing.assert_array_equal(PrunerFtCompressAlgo(ScopConfig(prune_rate=0.0, threshold=0.5)).kept_channels(layer),
                                   [0])
+    unfrozen = PrunerKfCompressAlgo(ScopConfig(freeze_network=False)).apply(ResNet8(widths=(4, 4, 4)))
+    assert len(unfrozen.trainable_params()) == len(ResNet8(widths=(4, 4, 4)).trainable_params()) + 6
+    assert all(bn.use_batch_statistics is None for _, bn in find_cells(unfrozen, nn.BatchNorm2d))
+    assert all(bn.use_batch_statistics is False for _, bn in find_cells(net, nn.BatchNorm2d))
     with pytest.raises(ValueError, match="prune_rate"):
         PrunerFtCompressAlgo({"prune_rate": 1.5})
     with pytest.raises(ValueError, match="input_shape"):
