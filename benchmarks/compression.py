@@ -13,9 +13,10 @@ Modes (one JSON line each):
                    residual-coupled channel groups pruned, BatchNorm folded in both); extra:
                    params, FLOPs, MACs, conv output channels, fraction of channels pruned
 Inference runs eagerly on the 2000 test images in batches of 500, median of 3 passes (SCOP's two
-networks timed in alternation). By default
-the jobs train briefly (float 2 epochs, compression 1 epoch) so the script finishes in minutes;
-`--full` uses the configs as shipped (the accuracy figures of the closing report).
+networks timed in alternation). By default the jobs train briefly (LeNet-5: float 2 epochs,
+compression 1; ResNet-8: float, knockoff and fine-tuning 1 epoch each, too short for SCOP's
+accuracy) so the script finishes in minutes; `--full` uses the configs as shipped (the accuracy
+figures of the closing report).
 """
 import argparse
 import sys
