@@ -11,7 +11,8 @@ from .int8 import Int8Conv2d, Int8Dense, load_quantized, model_bytes, save_quant
 from .qat import (FreezeBnCallback, QatConfig, QuantConv2d, QuantConv2dBnFold, QuantDense,
                   SimulatedQuantizationAwareTraining)
 from .scop import (KnockoffConv2dBn, KnockoffTrainNetwork, PrunerFtCompressAlgo, PrunerKfCompressAlgo, ScopConfig,
-                   count_macs, count_params, gaussian_knockoffs, pair_with_knockoffs, prunable_layers)
+                   count_macs, count_params, gaussian_knockoffs, pair_with_knockoffs)
+from .channels import ChannelGroup, channel_groups
 from .slb import SlbConfig, SlbLayer, SlbQuantAwareTraining, TemperatureScheduler, slb_values
 
 __all__ = ["find_cells", "get_cell", "replace_cell", "insert_before", "insert_after", "conv_bn_pairs",
@@ -20,6 +21,5 @@ __all__ = ["find_cells", "get_cell", "replace_cell", "insert_before", "insert_af
            "model_bytes", "QatConfig", "SimulatedQuantizationAwareTraining", "QuantConv2d", "QuantDense",
            "QuantConv2dBnFold", "FreezeBnCallback", "SlbConfig", "SlbLayer", "SlbQuantAwareTraining",
            "TemperatureScheduler", "slb_values", "ScopConfig", "PrunerKfCompressAlgo", "PrunerFtCompressAlgo",
-           "KnockoffConv2dBn", "KnockoffTrainNetwork", "gaussian_knockoffs", "pair_with_knockoffs", "prunable_layers",
-           "count_params",
-           "count_macs"]
+           "KnockoffConv2dBn", "KnockoffTrainNetwork", "gaussian_knockoffs", "pair_with_knockoffs", "count_params",
+           "count_macs", "ChannelGroup", "channel_groups"]

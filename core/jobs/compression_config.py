@@ -58,9 +58,12 @@ class SlbSection:
 @dataclass
 class ScopSection:
     """SCOP structured pruning: knockoff training, pruning by the knockoff criterion, fine-tuning."""
-    kf_epochs: int = option(2, "epochs training the knockoff scaling factors (with the network)", low=0)
-    kf_lr: float = option(1e-3, "learning rate of the knockoff training (Adam)", low=0.0)
-    prune_rate: float = option(0.5, "fraction of each prunable layer's channels removed (lowest knockoff "
+    kf_epochs: int = option(2, "epochs training the knockoff scaling factors", low=0)
+    kf_lr: float = option(1e-2, "learning rate of the knockoff training (the optimizer section's, with this lr)",
+                          low=0.0)
+    freeze_network: bool = option(True, "the knockoff epochs train only the scaling factors (weights and BatchNorm "
+                                  "statistics frozen, as Golden Stick's SCOP); false: the network trains with them")
+    prune_rate: float = option(0.5, "fraction of each channel group's channels removed (lowest knockoff "
                                "importance first); 0 = use threshold", low=0.0, high=0.95)
     threshold: float = option(0.0, "with prune_rate 0: remove channels whose importance beta - (1 - beta) "
                               "is below this", low=-1.0, high=1.0)
@@ -69,8 +72,9 @@ class ScopSection:
     knockoff_shrinkage: float = option(0.3, "shrinkage of the pixel covariance toward its diagonal for the "
                                        "Gaussian knockoff images (0..1; more: knockoffs further from copies)",
                                        low=0.0, high=1.0)
-    include: Optional[List[str]] = option(None, "cell path patterns of prunable Conv2d layers (null: all)")
-    exclude: List[str] = option([], "cell path patterns never pruned")
+    include: Optional[List[str]] = option(None, "cell path patterns of prunable Conv2d layers (null: all); a "
+                                          "channel group is pruned when all its convolutions match")
+    exclude: List[str] = option([], "cell path patterns never pruned (with every channel group they belong to)")
 
 
 @dataclass

@@ -26,7 +26,8 @@ from .common import build_callbacks, build_optimizer, prepare_run
 from .compression_config import LenetQatConfig, LenetSlbConfig, Resnet8ScopConfig
 from .mlp_mnist import load_mnist
 
-__all__ = ["mnist_images", "fit", "train_and_evaluate", "accuracy", "images_per_second", "run_qat", "run_slb",
+__all__ = ["mnist_images", "fit", "train_and_evaluate", "accuracy", "images_per_second",
+           "side_by_side_images_per_second", "float_bytes", "train_float", "slb_search", "run_qat", "run_slb",
            "run_scop"]
 
 
@@ -126,6 +127,12 @@ def train_and_evaluate(cfg, network, name):
     return {"test_acc": acc, "epochs": cfg.train.epochs, "seconds": round(seconds, 3), "train_loss": loss}
 
 
+def train_float(cfg, network, name):
+    """Load the job's MNIST split and train `network` with its train / optimizer sections; returns
+    ((x_train, y_train), (x_test, y_test))."""
+    return _baseline(cfg, network, name)
+
+
 def _baseline(cfg, network, name):
     data = mnist_images(cfg)
     prepare_run(cfg)
@@ -160,59 +167,112 @@ def run_qat(cfg):
 @register_job("lenet_mnist_slb", schema=LenetSlbConfig)
 def run_slb(cfg):
     """LeNet-5 on MNIST: float, then SLB low-bit weight search; accuracy, bytes, compression and images/s."""
-    from ..compression import SlbConfig, SlbQuantAwareTraining, model_bytes
     from .lenet_mnist import LeNet5
     name, c = "lenet_mnist_slb", cfg.compression
     float_net = LeNet5()
-    (x_train, y_train), (x_test, y_test) = _baseline(cfg, float_net, name)
-    steps = -(-len(x_train) // cfg.train.batch_size) if cfg.train.sink_size <= 0 else cfg.train.sink_size
-    algo = SlbQuantAwareTraining(SlbConfig(
-        include=c.include, exclude=c.exclude, weight_bits=c.weight_bits, act_bits=c.act_bits, t_start=c.t_start,
-        t_end=c.t_end, total_steps=max(1, c.epochs * steps), ema_decay=c.ema_decay))
-    slb_net = algo.apply(copy.deepcopy(float_net))
-    fit(cfg, slb_net, x_train, y_train, name, c.epochs, c.lr, algo.callbacks())
-    low_bit = algo.convert(slb_net, save_path=cfg.report.save_path)
+    data = _baseline(cfg, float_net, name)
+    quant, low_bit = slb_search(cfg, float_net, data, c.weight_bits, cfg.report.save_path)
     _eager()
-    base = dict(_measure(cfg, float_net, x_test, y_test), bytes=float_bytes(float_net))
-    quant = dict(_measure(cfg, low_bit, x_test, y_test), bytes=model_bytes(low_bit))
+    base = dict(_measure(cfg, float_net, data[1][0], data[1][1]), bytes=float_bytes(float_net))
     _log(name, [("float", base), (f"slb w{c.weight_bits}a{c.act_bits}", quant)])
     return {"float": base, "slb": quant, "weight_bits": c.weight_bits, "act_bits": c.act_bits,
             "acc_drop": round(base["acc"] - quant["acc"], 4),
             "compression": round(base["bytes"] / quant["bytes"], 2)}
 
 
+def slb_search(cfg, float_net, data, weight_bits, save_path=None):
+    """SLB search of `weight_bits`-bit weights from a copy of the trained `float_net` with the
+    job's `compression` section; ({"acc", "images_per_s", "bytes"}, the low-bit network)."""
+    from ..compression import SlbConfig, SlbQuantAwareTraining, model_bytes
+    c = cfg.compression
+    (x_train, y_train), (x_test, y_test) = data
+    steps = -(-len(x_train) // cfg.train.batch_size) if cfg.train.sink_size <= 0 else cfg.train.sink_size
+    algo = SlbQuantAwareTraining(SlbConfig(
+        include=c.include, exclude=c.exclude, weight_bits=weight_bits, act_bits=c.act_bits, t_start=c.t_start,
+        t_end=c.t_end, total_steps=max(1, c.epochs * steps), ema_decay=c.ema_decay))
+    slb_net = algo.apply(copy.deepcopy(float_net))
+    fit(cfg, slb_net, x_train, y_train, "lenet_mnist_slb", c.epochs, c.lr, algo.callbacks())
+    low_bit = algo.convert(slb_net, save_path=save_path)
+    from ..context import get_context, set_context
+    mode = get_context("mode")
+    _eager()
+    row = dict(_measure(cfg, low_bit, x_test, y_test), bytes=model_bytes(low_bit))
+    set_context(mode=mode)  # a later search trains in the job's mode again
+    return row, low_bit
+
+
 @register_job("resnet8_mnist_scop", schema=Resnet8ScopConfig)
 def run_scop(cfg):
-    """ResNet-8 on MNIST: float, then SCOP knockoff pruning and fine-tuning; accuracy, size, MACs, images/s."""
+    """ResNet-8 on MNIST: float training, then two branches of equal length from those weights:
+    SCOP (knockoff training, pruning, fine-tuning) and the unpruned network trained on for the same
+    epochs with the same schedule (the fair baseline); accuracy, parameters, FLOPs, conv channels
+    and images/s of both, side by side."""
     from ..compression import (KnockoffTrainNetwork, PrunerFtCompressAlgo, PrunerKfCompressAlgo, ScopConfig,
-                               count_macs, count_params, gaussian_knockoffs, pair_with_knockoffs)
+                               gaussian_knockoffs, pair_with_knockoffs)
     from .resnet_mnist import ResNet8
     name, c = "resnet8_mnist_scop", cfg.compression
+    start = time.perf_counter()
     float_net = ResNet8()
     (x_train, y_train), (x_test, y_test) = _baseline(cfg, float_net, name)
-    scop = ScopConfig(include=c.include, exclude=c.exclude, prune_rate=c.prune_rate, threshold=c.threshold)
+    scop = ScopConfig(include=c.include, exclude=c.exclude, prune_rate=c.prune_rate, threshold=c.threshold,
+                      input_shape=(1, 28, 28), freeze_network=c.freeze_network)
     kf_net = PrunerKfCompressAlgo(scop).apply(copy.deepcopy(float_net))
     knockoffs = gaussian_knockoffs(x_train, shrinkage=c.knockoff_shrinkage, seed=cfg.train.seed)
     fit(cfg, kf_net, pair_with_knockoffs(x_train, knockoffs), y_train, name, c.kf_epochs, c.kf_lr,
         train_network=KnockoffTrainNetwork(kf_net))
     pruner = PrunerFtCompressAlgo(scop)
     pruned = pruner.apply(kf_net)
+    before_finetune = accuracy(copy.deepcopy(pruned), x_test, y_test, cfg.report.speed_batch)
     fit(cfg, pruned, x_train, y_train, name, c.finetune_epochs, c.finetune_lr)
+    scop_seconds = time.perf_counter() - start
+    # the baseline goes on for as many epochs, without knockoffs or pruning; its weights train in the
+    # knockoff epochs too (at the fine-tuning rate when SCOP's are frozen there)
+    unpruned = float_net
+    fit(cfg, unpruned, x_train, y_train, name, c.kf_epochs, c.finetune_lr if c.freeze_network else c.kf_lr)
+    fit(cfg, unpruned, x_train, y_train, name, c.finetune_epochs, c.finetune_lr)
     _eager()
-    rows = []
-    for label, net in (("unpruned", float_net), ("pruned", pruned)):
-        deployed = pruner.convert(net)  # both with BatchNorm folded
-        rows.append((label, dict(_measure(cfg, deployed, x_test, y_test), params=count_params(net),
-                                 macs=count_macs(net, (1, 28, 28)))))
-    before = sum(b for b, _ in pruner.pruned.values())
-    removed = before - sum(k for _, k in pruner.pruned.values())
-    all_channels = sum(conv.out_channels for _, conv in float_net.cells_and_names() if isinstance(conv, nn.Conv2d))
+    rows = _scop_rows(cfg, [("unpruned", unpruned), ("pruned", pruned)], x_test, y_test, pruner)
     _log(name, rows)
     (_, base), (_, small) = rows
     return {"unpruned": base, "pruned": small, "layers": {k: list(v) for k, v in pruner.pruned.items()},
-            "channels_pruned_of_prunable": round(removed / before, 4),
-            "channels_pruned_of_all_conv": round(removed / all_channels, 4),
-            "acc_drop": round(base["acc"] - small["acc"], 4),
+            "epochs": {"float": cfg.train.epochs, "knockoff": c.kf_epochs, "finetune": c.finetune_epochs,
+                       "unpruned_total": cfg.train.epochs + c.kf_epochs + c.finetune_epochs},
+            "channels_pruned": round(1 - small["conv_channels"] / base["conv_channels"], 4),
+            "acc_drop": round(base["acc"] - small["acc"], 4), "pruned_acc_before_finetune": round(before_finetune, 4),
             "params_ratio": round(small["params"] / base["params"], 4),
-            "macs_ratio": round(small["macs"] / base["macs"], 4),
-            "speedup": round(small["images_per_s"] / base["images_per_s"], 3)}
+            "flops_ratio": round(small["flops"] / base["flops"], 4),
+            "speedup": round(small["images_per_s"] / base["images_per_s"], 3),
+            "seconds": round(time.perf_counter() - start, 1), "scop_seconds": round(scop_seconds, 1)}
+
+
+def _scop_rows(cfg, named, x_test, y_test, pruner):
+    """Accuracy, parameters, FLOPs (2 x multiply-accumulates), conv output channels and images/s of
+    each network (BatchNorm folded, as deployed); images/s timed in alternation so both see the
+    same machine load."""
+    from ..compression import count_macs, count_params
+    deployed = [pruner.convert(net) for _, net in named]
+    speeds = side_by_side_images_per_second(deployed, x_test, cfg.report.speed_batch, cfg.report.speed_repeats)
+    rows = []
+    for (label, net), folded, speed in zip(named, deployed, speeds):
+        macs = count_macs(net, (1, 28, 28))
+        rows.append((label, {"acc": round(accuracy(folded, x_test, y_test, cfg.report.speed_batch), 4),
+                             "images_per_s": round(speed, 1), "params": count_params(net), "macs": macs,
+                             "flops": 2 * macs, "conv_channels": sum(
+                                 m.out_channels for _, m in net.cells_and_names() if isinstance(m, nn.Conv2d))}))
+    return rows
+
+
+def side_by_side_images_per_second(networks, x, batch, repeats):
+    """Inference images/s of each network over `x` in batches of `batch`: one warm-up pass each,
+    then `repeats` rounds timing one pass of every network in turn; the median per network."""
+    times = [[] for _ in networks]
+    for net in networks:
+        net.set_train(False)
+    for round_index in range(repeats + 1):
+        for net, spent in zip(networks, times):
+            begin = time.perf_counter()
+            for first in range(0, len(x), batch):
+                net(Tensor(x[first:first + batch]))
+            if round_index:  # round 0 warms up
+                spent.append(time.perf_counter() - begin)
+    return [len(x) / statistics.median(spent) for spent in times]
