@@ -10,8 +10,8 @@ reuse and a batched leaf evaluator; the tree runs in C++ (`kernels/src/mcts.cpp`
     # net_fn(obs (B, obs_size) float32) -> (priors (B, num_actions), values (B,)), the value seen by
     # the player to move; virtual loss spreads the B leaves of one call over the tree.
 
-Games: "tictactoe" and "connect4" are written natively; any `Game` subclass (Python) works through the
-same tree (its methods are called from C++). Values are in [-1, 1] for the player who made the move
+Games: "tictactoe", "connect4" and "gomoku" (9 x 9, five in a row) are written natively; any `Game`
+subclass (Python) works through the same tree (its methods are called from C++). Values are in [-1, 1] for the player who made the move
 into a node; UCT scores (1 + Q) / 2 + c sqrt(ln N / n) (rewards in [0, 1], Kocsis & Szepesvari),
 PUCT scores Q + c P sqrt(N) / (1 + n) (AlphaZero). Ties go to the first child in move order.
 
@@ -29,7 +29,7 @@ import numpy as np
 from mstrain.errors import ConfigError
 from mstrain.kernels import native_module
 
-__all__ = ["Game", "TicTacToe", "ConnectFour", "MCTS", "PythonSearch", "XorShift64Star", "GAMES", "tictactoe_minimax", "minimax_move",
+__all__ = ["Game", "TicTacToe", "ConnectFour", "Gomoku", "MCTS", "PythonSearch", "XorShift64Star", "GAMES", "tictactoe_minimax", "minimax_move",
            "play_vs_minimax"]
 
 
@@ -119,6 +119,40 @@ class ConnectFour(Game):
         return np.array([state[0] >> b & 1 for b in bits] + [state[1] >> b & 1 for b in bits], np.float32)
 
 
+class Gomoku(Game):
+    """9 x 9, five or more in a row wins. Cell r * 9 + c is bit r * 10 + c (an empty sentinel column keeps
+    the rows apart); a state is (bits of the player to move, bits of the other, plies)."""
+    num_actions = 81
+
+    def initial(self):
+        return (0, 0, 0)
+
+    def legal_moves(self, state):
+        occupied = state[0] | state[1]
+        return [cell for cell in range(81) if not occupied >> (cell + cell // 9) & 1]
+
+    def play(self, state, cell):
+        return (state[1], state[0] | 1 << (cell + cell // 9), state[2] + 1)
+
+    @staticmethod
+    def _five(board):
+        for shift in (1, 10, 11, 9):  # along a row, a column, and both diagonals
+            four = board & board >> shift
+            four &= four >> 2 * shift
+            if four & board >> 4 * shift:
+                return True
+        return False
+
+    def terminal_value(self, state):
+        if self._five(state[1]):
+            return 1.0
+        return 0.0 if state[2] == 81 else None
+
+    def encode(self, state):
+        bits = [cell + cell // 9 for cell in range(81)]
+        return np.array([state[0] >> b & 1 for b in bits] + [state[1] >> b & 1 for b in bits], np.float32)
+
+
 @functools.lru_cache(maxsize=None)
 def tictactoe_minimax(state):
     """Exact value of a tic-tac-toe `state` for the player to move: +1 win, 0 draw, -1 loss."""
@@ -155,8 +189,8 @@ def play_vs_minimax(games, simulations, seed=0, native=True):
     return results
 
 
-GAMES = {"tictactoe": TicTacToe, "connect4": ConnectFour}
-_NATIVE_CLASSES = {"tictactoe": "TicTacToeSearch", "connect4": "ConnectFourSearch"}
+GAMES = {"tictactoe": TicTacToe, "connect4": ConnectFour, "gomoku": Gomoku}
+_NATIVE_CLASSES = {"tictactoe": "TicTacToeSearch", "connect4": "ConnectFourSearch", "gomoku": "GomokuSearch"}
 
 
 class MCTS:

@@ -4,8 +4,8 @@ import pytest
 
 from mstrain.errors import ConfigError
 from mstrain.kernels import native_module
-from mstrain.reinforcement.mcts import (GAMES, MCTS, ConnectFour, Game, TicTacToe, XorShift64Star, minimax_move,
-                                        play_vs_minimax, tictactoe_minimax)
+from mstrain.reinforcement.mcts import (GAMES, MCTS, ConnectFour, Game, Gomoku, TicTacToe, XorShift64Star,
+                                        minimax_move, play_vs_minimax, tictactoe_minimax)
 
 native = pytest.mark.skipif(native_module("mstrain.reinforcement", "mcts") is None,
                             reason="needs the C++ extension (pip install -e .)")
@@ -43,14 +43,14 @@ def _assert_same_tree(ours, reference):
 
 
 @native
-@pytest.mark.parametrize("game", ["tictactoe", "connect4"])
+@pytest.mark.parametrize("game", ["tictactoe", "connect4", "gomoku"])
 @pytest.mark.parametrize("batch", [1, 4])
 def test_random_playouts_replay_the_python_reference(game, batch):
     # no evaluator: the native games' bitboard playouts draw the same random stream as the reference's
     # move lists, and the float32 scores match exactly; then the kept subtree goes on the same way
     trees = [MCTS(game, seed=7, batch_size=batch), MCTS(game, seed=7, batch_size=batch, native=False),
              MCTS(GAMES[game](), seed=7, batch_size=batch)]  # the last: the Python game under the C++ tree
-    for simulations in (600, 300):
+    for simulations in ((100, 50) if game == "gomoku" else (600, 300)):  # gomoku: 81 children a node
         for tree in trees:
             tree.run(simulations)
         for other in trees[1:]:
@@ -59,6 +59,25 @@ def test_random_playouts_replay_the_python_reference(game, batch):
         for tree in trees:
             tree.advance(move)
     assert trees[0].root_stats()["root_visits"] > 0
+
+
+@native
+@pytest.mark.parametrize("line,wins", [((0, 9, 18, 27, 36), True), ((0, 10, 20, 30, 40), True),
+                                       ((4, 12, 20, 28, 36), True), ((2, 3, 4, 5, 6), True),
+                                       ((6, 7, 8, 9, 10), False)])  # the last runs over a row's end
+def test_gomoku_five_in_a_row(line, wins):
+    game, others = Gomoku(), (80, 79, 78, 77)
+    native, state = MCTS("gomoku"), game.initial()
+    for move in [m for pair in zip(line, others) for m in pair] + [line[-1]]:
+        native.advance(move)
+        state = game.play(state, move)
+    assert native.root_state() == state
+    assert game.terminal_value(state) == (1.0 if wins else None)
+    if wins:
+        with pytest.raises(RuntimeError, match="finished game"):
+            native.run(1)
+    else:
+        assert native.run(50).root_stats()["root_visits"] == 50
 
 
 def test_xorshift_stream_is_uniform_below_n():

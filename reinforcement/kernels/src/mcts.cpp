@@ -5,8 +5,8 @@
 // [-1, 1]); the score of a child is seen from its parent's player to move, which is that mover.
 // Evaluation of a leaf is either a random playout in C++ or a Python callable that gets a batch of
 // encoded states and returns (priors (B, A), values (B,)) with the value seen by the player to move.
-// Games: tic-tac-toe and Connect Four written here (bitboards), or any Python object with
-// legal_moves / play / terminal_value (and encode for an evaluator) through PyGame.
+// Games: tic-tac-toe, Connect Four and Gomoku 9x9 (bitboards, mcts_games.h), or any Python object
+// with legal_moves / play / terminal_value (and encode for an evaluator) through PyGame.
 //
 // Speed: the tree is a structure of arrays (a parent's children are contiguous, so their visit
 // counts and value sums sit side by side and one vectorised pass scores them all); the native games
@@ -17,6 +17,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include "mcts_games.h"
 
 #include <algorithm>
 #include <array>
@@ -29,168 +31,9 @@
 
 namespace py = pybind11;
 
+using namespace mcts_games;
+
 namespace {
-
-constexpr float kNotTerminal = std::numeric_limits<float>::quiet_NaN();
-constexpr float kUnknown = std::numeric_limits<float>::infinity();  // terminal value not computed yet
-
-struct Rng {  // xorshift64*: fast, seeded, enough for random playouts
-    uint64_t s;
-    explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ULL + 0x1234567ULL) { if (!s) s = 1; }
-    uint64_t next() { s ^= s >> 12; s ^= s << 25; s ^= s >> 27; return s * 2685821657736338717ULL; }
-    // multiply-shift instead of a modulo: no division in the playout loop
-    int below(int n) { return static_cast<int>(((next() >> 32) * static_cast<uint64_t>(n)) >> 32); }
-};
-
-// For every 9-bit mask: its popcount and the position of its k-th set bit (lowest first), so a
-// random legal move is two lookups. Tic-tac-toe cells and Connect Four columns both fit in 9 bits.
-struct MaskTables {
-    std::array<uint8_t, 512> count{};
-    std::array<std::array<uint8_t, 9>, 512> select{};
-    std::array<bool, 512> tictactoe_line{};
-    MaskTables() {
-        static constexpr uint16_t lines[8] = {0x007, 0x038, 0x1C0, 0x049, 0x092, 0x124, 0x111, 0x054};
-        for (int mask = 0; mask < 512; ++mask) {
-            for (int bit = 0; bit < 9; ++bit)
-                if (mask >> bit & 1) select[mask][count[mask]++] = static_cast<uint8_t>(bit);
-            for (uint16_t l : lines) tictactoe_line[mask] = tictactoe_line[mask] || (mask & l) == l;
-        }
-    }
-};
-const MaskTables kMasks;
-
-// ln(n) rounded to float, looked up for the small visit counts most UCT parents have.
-struct LogTable {
-    static constexpr int kSize = 8192;
-    std::array<float, kSize> value{};
-    LogTable() { for (int n = 1; n < kSize; ++n) value[n] = static_cast<float>(std::log(static_cast<double>(n))); }
-};
-const LogTable kLogs;
-inline float log_of(int n) {
-    return n < LogTable::kSize ? kLogs.value[n] : static_cast<float>(std::log(static_cast<double>(n)));
-}
-
-// ---- games ------------------------------------------------------------------------------------
-// A game defines State, initial(), moves(state, out), play(state, move), terminal(state) (value for
-// the player who just moved, NaN while the game goes on), num_actions(), obs_size(), encode(state,
-// out) and playout(state, rng, two_player): random moves from a non-terminal state to the end, each
-// drawn as the rng.below(#legal)-th legal move in move order; the value for the player who just
-// moved in `state`.
-
-template <class Game>
-float generic_playout(const Game& game, typename Game::State state, Rng& rng, bool two_player,
-                      std::vector<int>& moves) {
-    float sign = 1.0f;
-    for (;;) {
-        game.moves(state, moves);
-        if (moves.empty()) throw std::runtime_error("legal_moves gave no move in a state that is not terminal");
-        state = game.play(state, moves[rng.below(static_cast<int>(moves.size()))]);
-        if (two_player) sign = -sign;
-        float t = game.terminal(state);
-        if (!std::isnan(t)) return sign * t;
-    }
-}
-
-struct TicTacToe {
-    static constexpr bool kNative = true;
-    struct State { uint16_t to_move = 0, just_moved = 0; int8_t plies = 0; };
-    State initial() const { return {}; }
-    int num_actions() const { return 9; }
-    int obs_size() const { return 18; }
-    void moves(const State& s, std::vector<int>& out) const {
-        unsigned free = ~(s.to_move | s.just_moved) & 0x1FFu;
-        out.assign(kMasks.select[free].begin(), kMasks.select[free].begin() + kMasks.count[free]);
-    }
-    State play(const State& s, int m) const {
-        return {s.just_moved, static_cast<uint16_t>(s.to_move | (1u << m)), static_cast<int8_t>(s.plies + 1)};
-    }
-    float terminal(const State& s) const {
-        if (kMasks.tictactoe_line[s.just_moved]) return 1.0f;
-        if ((s.to_move | s.just_moved) == 0x1FF) return 0.0f;
-        return kNotTerminal;
-    }
-    float playout(const State& s, Rng& rng, bool two_player, std::vector<int>&) const {
-        unsigned to_move = s.to_move, just_moved = s.just_moved;
-        float sign = 1.0f;
-        for (;;) {
-            unsigned free = ~(to_move | just_moved) & 0x1FFu;
-            unsigned placed = to_move | 1u << kMasks.select[free][rng.below(kMasks.count[free])];
-            to_move = just_moved;
-            just_moved = placed;
-            if (two_player) sign = -sign;
-            if (kMasks.tictactoe_line[just_moved]) return sign;
-            if ((to_move | just_moved) == 0x1FFu) return sign * 0.0f;
-        }
-    }
-    void encode(const State& s, float* out) const {
-        for (int c = 0; c < 9; ++c) { out[c] = s.to_move >> c & 1; out[9 + c] = s.just_moved >> c & 1; }
-    }
-};
-
-struct ConnectFour {  // 7 x 6, column-major bitboard with a sentinel bit per column (Tromp, Pons)
-    static constexpr bool kNative = true;
-    struct State { uint64_t to_move = 0, just_moved = 0; int plies = 0; };
-    static constexpr uint64_t kTops = 0x40810204081ULL << 5;  // bit 7c + 5: the top cell of column c
-    static bool four(uint64_t b) {
-        uint64_t pairs = b & (b >> 1);  // vertical, then horizontal and both diagonals
-        if (pairs & (pairs >> 2)) return true;
-        pairs = b & (b >> 7);
-        if (pairs & (pairs >> 14)) return true;
-        pairs = b & (b >> 6);
-        if (pairs & (pairs >> 12)) return true;
-        pairs = b & (b >> 8);
-        return (pairs & (pairs >> 16)) != 0;
-    }
-    static unsigned open_columns(uint64_t occupied) {
-        unsigned open = 0;
-        for (int c = 0; c < 7; ++c) open |= static_cast<unsigned>(!(occupied >> (7 * c + 5) & 1)) << c;
-        return open;
-    }
-    static uint64_t drop(uint64_t occupied, int c) {
-        return (occupied + (1ULL << (7 * c))) & (0x3FULL << (7 * c));
-    }
-    State initial() const { return {}; }
-    int num_actions() const { return 7; }
-    int obs_size() const { return 84; }
-    void moves(const State& s, std::vector<int>& out) const {
-        unsigned open = open_columns(s.to_move | s.just_moved);
-        out.assign(kMasks.select[open].begin(), kMasks.select[open].begin() + kMasks.count[open]);
-    }
-    State play(const State& s, int c) const {
-        return {s.just_moved, s.to_move | drop(s.to_move | s.just_moved, c), s.plies + 1};
-    }
-    float terminal(const State& s) const {
-        if (four(s.just_moved)) return 1.0f;
-        if (s.plies == 42) return 0.0f;
-        return kNotTerminal;
-    }
-    float playout(const State& s, Rng& rng, bool two_player, std::vector<int>&) const {
-        uint64_t to_move = s.to_move, just_moved = s.just_moved;
-        unsigned open = open_columns(to_move | just_moved);
-        int plies = s.plies;
-        float sign = 1.0f;
-        for (;;) {
-            int c = kMasks.select[open][rng.below(kMasks.count[open])];
-            uint64_t stone = drop(to_move | just_moved, c);
-            if (stone & kTops) open &= ~(1u << c);  // the column is full now
-            uint64_t placed = to_move | stone;
-            to_move = just_moved;
-            just_moved = placed;
-            ++plies;
-            if (two_player) sign = -sign;
-            if (four(just_moved)) return sign;
-            if (plies == 42) return sign * 0.0f;
-        }
-    }
-    void encode(const State& s, float* out) const {
-        for (int c = 0; c < 7; ++c)
-            for (int r = 0; r < 6; ++r) {
-                int bit = 7 * c + r, cell = 6 * c + r;
-                out[cell] = s.to_move >> bit & 1;
-                out[42 + cell] = s.just_moved >> bit & 1;
-            }
-    }
-};
 
 struct PyGame {  // a Python object: legal_moves(s), play(s, m), terminal_value(s), num_actions, encode(s)
     using State = py::object;
@@ -580,6 +423,13 @@ py::object Search<PyGame>::encode_open() const {  // Python games: a list of the
 
 py::tuple ttt_state(const TicTacToe::State& s) { return py::make_tuple(s.to_move, s.just_moved, s.plies); }
 py::tuple c4_state(const ConnectFour::State& s) { return py::make_tuple(s.to_move, s.just_moved, s.plies); }
+py::int_ big_int(Gomoku::Board b) {  // a Python int of a 128-bit board
+    py::int_ high(static_cast<uint64_t>(b >> 64)), low(static_cast<uint64_t>(b));
+    return py::int_(high.attr("__lshift__")(64).attr("__or__")(low));
+}
+py::tuple gomoku_state(const Gomoku::State& s) {
+    return py::make_tuple(big_int(s.to_move), big_int(s.just_moved), s.plies);
+}
 
 template <class Game, class Init>
 void bind(py::module_& m, const char* name, Init make_game, py::object (*state_of)(const typename Game::State&)) {
@@ -613,6 +463,8 @@ PYBIND11_MODULE(_mcts, m) {
                     +[](const TicTacToe::State& s) -> py::object { return ttt_state(s); });
     bind<ConnectFour>(m, "ConnectFourSearch", [](py::object) { return ConnectFour(); },
                       +[](const ConnectFour::State& s) -> py::object { return c4_state(s); });
+    bind<Gomoku>(m, "GomokuSearch", [](py::object) { return Gomoku(); },
+                 +[](const Gomoku::State& s) -> py::object { return gomoku_state(s); });
     bind<PyGame>(m, "PyGameSearch", [](py::object g) { return PyGame(g); },
                  +[](const py::object& s) -> py::object { return s; });
 }
