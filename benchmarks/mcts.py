@@ -4,8 +4,9 @@ games against perfect (minimax) play.
     PYTHONPATH=. python benchmarks/mcts.py [--simulations 10000] [--games 20] [--repeats 3] [--peer]
 
 The search of BENCHMARKS.md W4 and ../shared/peers/mcts_python.py: UCT with c = sqrt(2), uniformly
-random playouts, the most visited root child played. Speed: median of `--repeats` searches of one
-tree from the empty board (tic-tac-toe and Connect Four), C++ tree (`mode: native`), and the same
+random playouts, the most visited root child played. Speed: median of `--native-repeats` searches
+(`--repeats` for the peer and the fallback) of one tree from the empty board (tic-tac-toe and
+Connect Four), C++ tree (`mode: native`), and the same
 algorithm in this package's Python fallback (`mode: python_fallback`, fewer simulations).
 Also the batched PUCT path (`mode: puct_batch8`): 8 leaves per call to a numpy evaluator.
 Quality: `--games` tic-tac-toe games against minimax, the sides taking turns to start.
@@ -59,17 +60,21 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="W4 mcts: UCT simulations/s and games vs minimax")
     parser.add_argument("--simulations", type=int, default=10_000)
     parser.add_argument("--games", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="searches timed per game by the peer and the fallback")
+    parser.add_argument("--native-repeats", type=int, default=21,
+                        help="searches timed per game for the C++ tree (median): each takes milliseconds, so one "
+                             "time slice lost on a shared machine would swing a median of three")
     parser.add_argument("--peer", action="store_true", help="also run the pure-Python UCT peer (and mctx)")
     args = parser.parse_args(argv)
     native, first = {}, {}
     for game in ("tictactoe", "connect4"):
-        native[game], first[game] = _rate(game, args.simulations, args.repeats)
+        native[game], first[game] = _rate(game, args.simulations, args.native_repeats)
     match = play_vs_minimax(args.games, args.simulations, seed=0)
     ours = record(WORKLOAD, NAME, "native", f"simulations_per_s_at_{args.simulations}_from_empty_board", 0.0,
                   f"tictactoe_vs_minimax_{args.games}_games_alternating_start", match["uct_losses"],
                   speed_by_game={g: round(r, 1) for g, r in native.items()}, games=match,
-                  never_loses=match["uct_losses"] == 0, first_move_chosen=first, simulations_per_move=args.simulations)
+                  never_loses=match["uct_losses"] == 0, first_move_chosen=first, simulations_per_move=args.simulations,
+                  searches_timed=args.native_repeats)
     ours["speed"] = ours["speed_by_game"]
     emit(ours)
     fallback = {g: round(_rate(g, 1000, 1, native=False)[0], 1) for g in ("tictactoe", "connect4")}

@@ -10,13 +10,15 @@ reuse and a batched leaf evaluator; the tree runs in C++ (`kernels/src/mcts.cpp`
     # net_fn(obs (B, obs_size) float32) -> (priors (B, num_actions), values (B,)), the value seen by
     # the player to move; virtual loss spreads the B leaves of one call over the tree.
 
-Games: "tictactoe" and "connect4" are written natively; any `Game` subclass (Python) works through the
-same tree (its methods are called from C++). Values are in [-1, 1] for the player who made the move
+Games: "tictactoe", "connect4" and "gomoku" (9 x 9, five in a row) are written natively; any `Game`
+subclass (Python) works through the same tree (its methods are called from C++). Values are in [-1, 1] for the player who made the move
 into a node; UCT scores (1 + Q) / 2 + c sqrt(ln N / n) (rewards in [0, 1], Kocsis & Szepesvari),
 PUCT scores Q + c P sqrt(N) / (1 + n) (AlphaZero). Ties go to the first child in move order.
 
 When the extension is not built, `PythonSearch` (the same algorithm in Python, also the test
-reference) runs instead.
+reference) runs instead. It replays the C++ tree step for step: the same xorshift64* random stream
+(one draw per playout ply, the k-th legal move) and the same float32 arithmetic in the same order, so
+the two give equal visit counts for the same seed, random playouts included.
 """
 import abc
 import functools
@@ -27,7 +29,7 @@ import numpy as np
 from mstrain.errors import ConfigError
 from mstrain.kernels import native_module
 
-__all__ = ["Game", "TicTacToe", "ConnectFour", "MCTS", "PythonSearch", "GAMES", "tictactoe_minimax", "minimax_move",
+__all__ = ["Game", "TicTacToe", "ConnectFour", "Gomoku", "MCTS", "PythonSearch", "XorShift64Star", "GAMES", "tictactoe_minimax", "minimax_move",
            "play_vs_minimax"]
 
 
@@ -117,6 +119,40 @@ class ConnectFour(Game):
         return np.array([state[0] >> b & 1 for b in bits] + [state[1] >> b & 1 for b in bits], np.float32)
 
 
+class Gomoku(Game):
+    """9 x 9, five or more in a row wins. Cell r * 9 + c is bit r * 10 + c (an empty sentinel column keeps
+    the rows apart); a state is (bits of the player to move, bits of the other, plies)."""
+    num_actions = 81
+
+    def initial(self):
+        return (0, 0, 0)
+
+    def legal_moves(self, state):
+        occupied = state[0] | state[1]
+        return [cell for cell in range(81) if not occupied >> (cell + cell // 9) & 1]
+
+    def play(self, state, cell):
+        return (state[1], state[0] | 1 << (cell + cell // 9), state[2] + 1)
+
+    @staticmethod
+    def _five(board):
+        for shift in (1, 10, 11, 9):  # along a row, a column, and both diagonals
+            four = board & board >> shift
+            four &= four >> 2 * shift
+            if four & board >> 4 * shift:
+                return True
+        return False
+
+    def terminal_value(self, state):
+        if self._five(state[1]):
+            return 1.0
+        return 0.0 if state[2] == 81 else None
+
+    def encode(self, state):
+        bits = [cell + cell // 9 for cell in range(81)]
+        return np.array([state[0] >> b & 1 for b in bits] + [state[1] >> b & 1 for b in bits], np.float32)
+
+
 @functools.lru_cache(maxsize=None)
 def tictactoe_minimax(state):
     """Exact value of a tic-tac-toe `state` for the player to move: +1 win, 0 draw, -1 loss."""
@@ -153,8 +189,8 @@ def play_vs_minimax(games, simulations, seed=0, native=True):
     return results
 
 
-GAMES = {"tictactoe": TicTacToe, "connect4": ConnectFour}
-_NATIVE_CLASSES = {"tictactoe": "TicTacToeSearch", "connect4": "ConnectFourSearch"}
+GAMES = {"tictactoe": TicTacToe, "connect4": ConnectFour, "gomoku": Gomoku}
+_NATIVE_CLASSES = {"tictactoe": "TicTacToeSearch", "connect4": "ConnectFourSearch", "gomoku": "GomokuSearch"}
 
 
 class MCTS:
@@ -213,31 +249,53 @@ class MCTS:
 
 def _stacked(evaluator):
     """The user's evaluator on one (B, obs) float32 array instead of a list of encodings."""
-    def call(batch):
-        priors, values = evaluator(np.stack(batch).astype(np.float32))
+    def call(batch):  # native games pass one (B, obs) array already, Python games a list
+        priors, values = evaluator(np.asarray(batch if isinstance(batch, np.ndarray) else np.stack(batch), np.float32))
         return np.asarray(priors, np.float32), np.asarray(values, np.float32).reshape(-1)
     return call
+
+
+class XorShift64Star:
+    """The C++ tree's random stream: xorshift64*, and `below(n)` by multiply-shift (no modulo)."""
+    _MASK = (1 << 64) - 1
+
+    def __init__(self, seed):
+        self.state = (int(seed) * 0x9E3779B97F4A7C15 + 0x1234567) & self._MASK or 1
+
+    def next(self):
+        s = self.state
+        s ^= s >> 12
+        s ^= (s << 25) & self._MASK
+        s ^= s >> 27
+        self.state = s
+        return (s * 2685821657736338717) & self._MASK
+
+    def below(self, n):
+        return ((self.next() >> 32) * n) >> 32
+
+
+_F32, _F32_ZERO, _F32_HALF, _F32_ONE = np.float32, np.float32(0.0), np.float32(0.5), np.float32(1.0)
 
 
 class _Node:
     __slots__ = ("parent", "move", "children", "visits", "virtual", "value_sum", "prior", "terminal", "state",
                  "expanded")
 
-    def __init__(self, parent, move, state, terminal, prior=1.0):
+    def __init__(self, parent, move, state, terminal, prior=_F32_ONE):
         self.parent, self.move, self.state, self.terminal, self.prior = parent, move, state, terminal, prior
-        self.children, self.visits, self.virtual, self.value_sum, self.expanded = [], 0, 0, 0.0, False
+        self.children, self.visits, self.virtual, self.value_sum, self.expanded = [], 0, 0, _F32_ZERO, False
 
 
 class PythonSearch:
     """The C++ tree's algorithm in Python, step for step (the fallback and the test reference)."""
 
     def __init__(self, game, selection, c, two_player, virtual_loss, batch_size, seed, evaluator):
-        self.game, self.puct, self.c = game, selection == "puct", c
+        self.game, self.puct, self.c = game, selection == "puct", _F32(c)
         self.two_player, self.virtual_loss, self.batch = two_player, virtual_loss, max(1, batch_size)
-        self.rng, self.evaluator = np.random.default_rng(seed), evaluator
+        self.rng, self.evaluator = XorShift64Star(seed), evaluator
         self.root = self._node(None, -1, game.initial())
 
-    def _node(self, parent, move, state, prior=1.0):
+    def _node(self, parent, move, state, prior=_F32_ONE):
         return _Node(parent, move, state, self.game.terminal_value(state), prior)
 
     def run(self, simulations):
@@ -256,20 +314,34 @@ class PythonSearch:
                 self._backup(leaf, value)
             done += len(leaves)
 
-    def _score(self, parent, child):
-        n = child.visits + child.virtual
-        w = child.value_sum - self.virtual_loss * child.virtual
+    def _select(self, parent):
+        """The first child of the highest score, float32 operations in the C++ order."""
+        kids, c = parent.children, self.c
+        loss = _F32(self.virtual_loss)
         parent_n = parent.visits + parent.virtual
-        if self.puct:
-            return (w / n if n else 0.0) + self.c * child.prior * math.sqrt(parent_n) / (1 + n)
-        if n == 0:
-            return math.inf
-        return 0.5 * (1 + w / n) + self.c * math.sqrt(math.log(max(parent_n, 1)) / n)
+        if not self.puct:
+            for child in kids:
+                if child.visits + child.virtual == 0:
+                    return child
+            log_n = _F32(math.log(max(parent_n, 1)))
+        else:
+            parent_term = np.sqrt(_F32(max(parent_n, 0)))
+        best, best_score = None, None
+        for child in kids:
+            n = child.visits + child.virtual
+            w = child.value_sum - loss * _F32(child.virtual)
+            if self.puct:
+                score = w / _F32(max(n, 1)) + c * child.prior * parent_term / (_F32_ONE + _F32(n))
+            else:
+                score = _F32_HALF * (_F32_ONE + w / _F32(n)) + c * np.sqrt(log_n / _F32(n))
+            if best is None or score > best_score:
+                best, best_score = child, score
+        return best
 
     def _descend(self):
         node = self.root
         while node.expanded and node.terminal is None and node.children:
-            node = max(node.children, key=lambda ch: self._score(node, ch))  # first of equal scores
+            node = self._select(node)
         return node
 
     def _add_virtual(self, node, delta):
@@ -282,20 +354,28 @@ class PythonSearch:
             return
         node.expanded = True
         moves = self.game.legal_moves(node.state)
-        total = sum(priors[m] for m in moves) if priors is not None else 0.0
+        total = _F32_ZERO
+        for m in moves if priors is not None else ():
+            total = total + _F32(priors[m])
         for m in moves:
-            prior = 1.0 if priors is None else (priors[m] / total if total > 0 else 1.0 / len(moves))
+            if priors is None:
+                prior = _F32_ONE
+            else:
+                prior = _F32(priors[m]) / total if total > 0 else _F32_ONE / _F32(len(moves))
             node.children.append(self._node(node, m, self.game.play(node.state, m), prior))
 
     def _playout(self, state):
+        """Random moves from a non-terminal `state` to the end; the value for its player who just moved."""
         sign = 1.0
         while True:
+            moves = self.game.legal_moves(state)
+            if not moves:
+                raise RuntimeError("legal_moves gave no move in a state that is not terminal")
+            state = self.game.play(state, moves[self.rng.below(len(moves))])
+            sign = -sign if self.two_player else sign
             value = self.game.terminal_value(state)
             if value is not None:
                 return sign * value
-            moves = self.game.legal_moves(state)
-            state = self.game.play(state, moves[self.rng.integers(len(moves))])
-            sign = -sign if self.two_player else sign
 
     def _evaluate(self, leaves):
         values = [leaf.terminal for leaf in leaves]
@@ -316,7 +396,7 @@ class PythonSearch:
     def _backup(self, node, value):
         while node is not None:
             node.visits += 1
-            node.value_sum += value
+            node.value_sum = node.value_sum + _F32(value)
             value = -value if self.two_player else value
             node = node.parent
 
@@ -340,8 +420,8 @@ class PythonSearch:
     def root_stats(self):
         kids = self.root.children
         return {"moves": [ch.move for ch in kids], "visits": [ch.visits for ch in kids],
-                "values": [ch.value_sum / ch.visits if ch.visits else 0.0 for ch in kids],
-                "priors": [ch.prior for ch in kids], "root_visits": self.root.visits}
+                "values": [float(ch.value_sum / _F32(ch.visits)) if ch.visits else 0.0 for ch in kids],
+                "priors": [float(ch.prior) for ch in kids], "root_visits": self.root.visits}
 
     def root_state(self):
         return self.root.state

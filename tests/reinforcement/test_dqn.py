@@ -1,10 +1,13 @@
-"""DQN's pieces against numpy references: replay buffers, double-DQN targets, the Huber update."""
+"""DQN's pieces against numpy references: replay buffers, double-DQN targets, the Huber update; and a short
+seeded run that must learn (solving CartPole on 3 seeds is benchmarks/rl_quality.py's line)."""
 import numpy as np
 
 import mstrain as ms
 from mstrain import Tensor
+from mstrain.reinforcement.algorithm import AlgorithmBuild
 from mstrain.reinforcement.dqn import DQNLearner, PrioritizedReplayBuffer, QPolicy, ReplayBuffer
 from mstrain.reinforcement.environments import CartPole
+from mstrain.reinforcement.trainer import evaluate, train
 
 
 def _transitions(n, start=0):
@@ -78,3 +81,21 @@ def test_target_network_follows_only_on_sync():
     np.testing.assert_array_equal(policy.target(obs).asnumpy(), before)
     policy.sync_target()
     np.testing.assert_allclose(policy.target(obs).asnumpy(), policy.act_and_value(np.ones((1, 4)))[0], rtol=1e-6)
+
+
+def test_dqn_learns_cartpole_on_a_short_budget():
+    # double DQN, 32 updates of 64 transitions per 8 x 32 steps, epsilon decayed over the first half
+    config = {"policy_and_network": {"type": "QPolicy", "params": {"hidden": [64, 64], "activation": "relu"}},
+              "actor": {"type": "DQNActor", "params": {"rollout_steps": 32, "exploration_steps": 6000}},
+              "learner": {"type": "DQNLearner", "params": {"lr": 0.0023, "learning_starts": 1000, "gradient_steps": 32,
+                                                           "target_update_interval": 32, "double_dqn": True}},
+              "collect_environment": {"number": 8, "type": "CartPole-v1"},
+              "eval_environment": {"number": 20, "type": "CartPole-v1"},
+              "replay_buffer": {"type": "ReplayBuffer", "capacity": 100_000, "sample_size": 64}}
+    ms.set_seed(0)
+    build = AlgorithmBuild(config, seed=0)
+    before = evaluate(build.policy(), build.eval_env(), 20)
+    result = train(config, total_steps=12_000, seed=0)
+    returns = [h["mean_return"] for h in result["history"]]
+    assert np.mean(returns[-3:]) > 3 * np.mean(returns[:3]), returns
+    assert result["eval_return"] > max(4 * before, 50), (before, result["eval_return"])

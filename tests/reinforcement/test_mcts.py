@@ -4,8 +4,8 @@ import pytest
 
 from mstrain.errors import ConfigError
 from mstrain.kernels import native_module
-from mstrain.reinforcement.mcts import (MCTS, ConnectFour, Game, TicTacToe, minimax_move, play_vs_minimax,
-                                        tictactoe_minimax)
+from mstrain.reinforcement.mcts import (GAMES, MCTS, ConnectFour, Game, Gomoku, TicTacToe, XorShift64Star,
+                                        minimax_move, play_vs_minimax, tictactoe_minimax)
 
 native = pytest.mark.skipif(native_module("mstrain.reinforcement", "mcts") is None,
                             reason="needs the C++ extension (pip install -e .)")
@@ -34,6 +34,57 @@ def test_native_tree_equals_the_python_reference(game, actions, selection, batch
     np.testing.assert_allclose(ours.root_stats()["priors"], reference.root_stats()["priors"], rtol=1e-5)
     assert len(ours) == len(reference) and ours.root_stats()["root_visits"] == 400
     assert 400 - batch <= ours.visit_counts().sum() < 400  # the first batch's leaves were the root itself
+
+
+def _assert_same_tree(ours, reference):
+    np.testing.assert_array_equal(ours.visit_counts(), reference.visit_counts())
+    np.testing.assert_array_equal(ours.root_stats()["values"], reference.root_stats()["values"])  # float32 sums
+    assert len(ours) == len(reference)
+
+
+@native
+@pytest.mark.parametrize("game", ["tictactoe", "connect4", "gomoku"])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_random_playouts_replay_the_python_reference(game, batch):
+    # no evaluator: the native games' bitboard playouts draw the same random stream as the reference's
+    # move lists, and the float32 scores match exactly; then the kept subtree goes on the same way
+    trees = [MCTS(game, seed=7, batch_size=batch), MCTS(game, seed=7, batch_size=batch, native=False),
+             MCTS(GAMES[game](), seed=7, batch_size=batch)]  # the last: the Python game under the C++ tree
+    for simulations in ((100, 50) if game == "gomoku" else (600, 300)):  # gomoku: 81 children a node
+        for tree in trees:
+            tree.run(simulations)
+        for other in trees[1:]:
+            _assert_same_tree(trees[0], other)
+        move = trees[0].best_move()
+        for tree in trees:
+            tree.advance(move)
+    assert trees[0].root_stats()["root_visits"] > 0
+
+
+@native
+@pytest.mark.parametrize("line,wins", [((0, 9, 18, 27, 36), True), ((0, 10, 20, 30, 40), True),
+                                       ((4, 12, 20, 28, 36), True), ((2, 3, 4, 5, 6), True),
+                                       ((6, 7, 8, 9, 10), False)])  # the last runs over a row's end
+def test_gomoku_five_in_a_row(line, wins):
+    game, others = Gomoku(), (80, 79, 78, 77)
+    native, state = MCTS("gomoku"), game.initial()
+    for move in [m for pair in zip(line, others) for m in pair] + [line[-1]]:
+        native.advance(move)
+        state = game.play(state, move)
+    assert native.root_state() == state
+    assert game.terminal_value(state) == (1.0 if wins else None)
+    if wins:
+        with pytest.raises(RuntimeError, match="finished game"):
+            native.run(1)
+    else:
+        assert native.run(50).root_stats()["root_visits"] == 50
+
+
+def test_xorshift_stream_is_uniform_below_n():
+    rng = XorShift64Star(3)
+    draws = np.array([rng.below(7) for _ in range(7000)])
+    assert draws.min() == 0 and draws.max() == 6
+    np.testing.assert_allclose(np.bincount(draws) / 7000, 1 / 7, atol=0.02)
 
 
 @native

@@ -5,13 +5,23 @@
 // [-1, 1]); the score of a child is seen from its parent's player to move, which is that mover.
 // Evaluation of a leaf is either a random playout in C++ or a Python callable that gets a batch of
 // encoded states and returns (priors (B, A), values (B,)) with the value seen by the player to move.
-// Games: tic-tac-toe and Connect Four written here (bitboards), or any Python object with
-// legal_moves / play / terminal_value (and encode for an evaluator) through PyGame.
+// Games: tic-tac-toe, Connect Four and Gomoku 9x9 (bitboards, mcts_games.h), or any Python object
+// with legal_moves / play / terminal_value (and encode for an evaluator) through PyGame.
+//
+// Speed: the tree is a structure of arrays (a parent's children are contiguous, so their visit
+// counts and value sums sit side by side and one vectorised pass scores them all); the native games
+// play random playouts on bitboards with table lookups (no move lists); a plain UCT search (one leaf
+// per step, no evaluator) runs a loop with no allocation and no virtual-loss bookkeeping.
+// Arithmetic is float32 in a fixed order, and the random stream is xorshift64* drawn once per playout
+// ply, so the Python reference (`reinforcement/mcts.py`, PythonSearch) replays it step for step.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "mcts_games.h"
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -21,89 +31,13 @@
 
 namespace py = pybind11;
 
+using namespace mcts_games;
+
 namespace {
-
-constexpr float kNotTerminal = std::numeric_limits<float>::quiet_NaN();
-
-struct Rng {  // xorshift64*: fast, seeded, enough for random playouts
-    uint64_t s;
-    explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ULL + 0x1234567ULL) { if (!s) s = 1; }
-    uint64_t next() { s ^= s >> 12; s ^= s << 25; s ^= s >> 27; return s * 2685821657736338717ULL; }
-    int below(int n) { return static_cast<int>((next() >> 33) % static_cast<uint64_t>(n)); }
-};
-
-// ---- games ------------------------------------------------------------------------------------
-// A game defines State, initial(), moves(state, out), play(state, move), terminal(state) (value for
-// the player who just moved, NaN while the game goes on), num_actions(), encode(state, out).
-
-struct TicTacToe {
-    struct State { uint16_t to_move = 0, just_moved = 0; int8_t plies = 0; };
-    static constexpr uint16_t kLines[8] = {0x007, 0x038, 0x1C0, 0x049, 0x092, 0x124, 0x111, 0x054};
-    static bool line(uint16_t b) {
-        for (uint16_t l : kLines) if ((b & l) == l) return true;
-        return false;
-    }
-    State initial() const { return {}; }
-    int num_actions() const { return 9; }
-    int obs_size() const { return 18; }
-    void moves(const State& s, std::vector<int>& out) const {
-        out.clear();
-        uint16_t occupied = s.to_move | s.just_moved;
-        for (int c = 0; c < 9; ++c) if (!(occupied >> c & 1)) out.push_back(c);
-    }
-    State play(const State& s, int m) const {
-        return {s.just_moved, static_cast<uint16_t>(s.to_move | (1u << m)), static_cast<int8_t>(s.plies + 1)};
-    }
-    float terminal(const State& s) const {
-        if (line(s.just_moved)) return 1.0f;
-        if ((s.to_move | s.just_moved) == 0x1FF) return 0.0f;
-        return kNotTerminal;
-    }
-    void encode(const State& s, float* out) const {
-        for (int c = 0; c < 9; ++c) { out[c] = s.to_move >> c & 1; out[9 + c] = s.just_moved >> c & 1; }
-    }
-};
-constexpr uint16_t TicTacToe::kLines[8];
-
-struct ConnectFour {  // 7 x 6, column-major bitboard with a sentinel bit per column (Tromp, Pons)
-    struct State { uint64_t to_move = 0, just_moved = 0; int plies = 0; };
-    static bool four(uint64_t b) {
-        for (int shift : {1, 7, 6, 8}) {
-            uint64_t pairs = b & (b >> shift);
-            if (pairs & (pairs >> (2 * shift))) return true;
-        }
-        return false;
-    }
-    State initial() const { return {}; }
-    int num_actions() const { return 7; }
-    int obs_size() const { return 84; }
-    void moves(const State& s, std::vector<int>& out) const {
-        out.clear();
-        uint64_t occupied = s.to_move | s.just_moved;
-        for (int c = 0; c < 7; ++c) if (!(occupied & (1ULL << (7 * c + 5)))) out.push_back(c);
-    }
-    State play(const State& s, int c) const {
-        uint64_t occupied = s.to_move | s.just_moved;
-        uint64_t stone = (occupied + (1ULL << (7 * c))) & (0x3FULL << (7 * c));
-        return {s.just_moved, s.to_move | stone, s.plies + 1};
-    }
-    float terminal(const State& s) const {
-        if (four(s.just_moved)) return 1.0f;
-        if (s.plies == 42) return 0.0f;
-        return kNotTerminal;
-    }
-    void encode(const State& s, float* out) const {
-        for (int c = 0; c < 7; ++c)
-            for (int r = 0; r < 6; ++r) {
-                int bit = 7 * c + r, cell = 6 * c + r;
-                out[cell] = s.to_move >> bit & 1;
-                out[42 + cell] = s.just_moved >> bit & 1;
-            }
-    }
-};
 
 struct PyGame {  // a Python object: legal_moves(s), play(s, m), terminal_value(s), num_actions, encode(s)
     using State = py::object;
+    static constexpr bool kNative = false;
     py::object game;
     int actions;
     explicit PyGame(py::object g) : game(std::move(g)), actions(game.attr("num_actions").cast<int>()) {}
@@ -118,21 +52,80 @@ struct PyGame {  // a Python object: legal_moves(s), play(s, m), terminal_value(
         py::object v = game.attr("terminal_value")(s);
         return v.is_none() ? kNotTerminal : v.cast<float>();
     }
+    float playout(const State& s, Rng& rng, bool two_player, std::vector<int>& moves) const {
+        return generic_playout(*this, s, rng, two_player, moves);
+    }
 };
 
 // ---- the tree ---------------------------------------------------------------------------------
 
-struct Node {
-    int parent = -1, first_child = -1, num_children = 0, move = -1;
-    int visits = 0, virtual_visits = 0;
-    float value_sum = 0.0f, prior = 1.0f, terminal = kNotTerminal;
-    bool expanded = false;
+// What a descent reads and a backup writes, in 16 bytes, a parent's children side by side: the walk
+// touches about two cache lines per level. The rest lives in side arrays that only batches (virtual
+// loss), PUCT (priors) and subtree reuse read.
+struct HotNode {
+    int32_t visits = 0;
+    float value_sum = 0.0f;
+    int32_t first_child = -1;  // -1 until expanded
+    uint16_t num_children = 0;
+    int16_t move = -1;
+};
+
+// Native games replay the moves on the way down (a play is a few bit operations), so their nodes hold
+// no state; Python games keep each node's state object and its terminal value once computed.
+template <class Game>
+struct Tree {
+    using State = typename Game::State;
+    static constexpr bool kStoresStates = !Game::kNative;
+    std::vector<HotNode> hot;
+    std::vector<int32_t> parent, virtual_visits;
+    std::vector<float> prior;
+    std::vector<float> terminal;  // stored states only: kUnknown until the node is reached
+    std::vector<State> state;     // stored states only
+    State root_state{};
+
+    int size() const { return static_cast<int>(hot.size()); }
+    bool expanded(int n) const { return hot[n].first_child >= 0; }
+    void add(int parent_node, int move_id, float prior_value) {
+        HotNode h;
+        h.move = static_cast<int16_t>(move_id);
+        hot.push_back(h);
+        parent.push_back(parent_node);
+        virtual_visits.push_back(0);
+        prior.push_back(prior_value);
+    }
+    void add_state(State s) {
+        terminal.push_back(kUnknown);
+        state.push_back(std::move(s));
+    }
+    void copy_node(const Tree& from, int n, int parent_node) {  // stats kept; children relinked after
+        add(parent_node, from.hot[n].move, from.prior[n]);
+        hot.back().visits = from.hot[n].visits;
+        hot.back().value_sum = from.hot[n].value_sum;
+        virtual_visits.back() = from.virtual_visits[n];
+        if constexpr (kStoresStates) {
+            add_state(from.state[n]);
+            terminal.back() = from.terminal[n];
+        }
+    }
+    void reserve(size_t n) {  // grows geometrically: a run of one simulation must not copy the tree
+        if (n <= hot.capacity()) return;
+        n = std::max(n, 2 * hot.capacity());
+        hot.reserve(n);
+        parent.reserve(n);
+        virtual_visits.reserve(n);
+        prior.reserve(n);
+        if constexpr (kStoresStates) {
+            terminal.reserve(n);
+            state.reserve(n);
+        }
+    }
 };
 
 template <class Game>
 class Search {
   public:
     using State = typename Game::State;
+    static constexpr bool kStoresStates = Tree<Game>::kStoresStates;
 
     Search(Game game, const std::string& selection, float c, bool two_player, int virtual_loss, int batch_size,
            uint64_t seed, py::object evaluator)
@@ -143,86 +136,92 @@ class Search {
         else throw std::invalid_argument("selection must be 'uct' or 'puct', got '" + selection + "'");
         if (puct_ && evaluator_.is_none())
             throw std::invalid_argument("puct selection needs an evaluator giving the priors");
+        if (game_.num_actions() < 1 || game_.num_actions() > 32767)
+            throw std::invalid_argument("num_actions must be in 1..32767, got " + std::to_string(game_.num_actions()));
         reset(game_.initial());
     }
 
     void reset(State state) {
-        nodes_.assign(1, Node());
-        states_.assign(1, std::move(state));
-        nodes_[0].terminal = game_.terminal(states_[0]);
+        tree_ = Tree<Game>();
+        tree_.add(-1, -1, 1.0f);
+        if constexpr (kStoresStates) tree_.add_state(state);
+        root_terminal_ = terminal_of(0, state);
+        tree_.root_state = std::move(state);
     }
 
     // Runs `simulations` simulations from the root, `batch` leaves per evaluator call.
     void run(int simulations) {
-        if (!std::isnan(nodes_[0].terminal)) throw std::runtime_error("search from a finished game");
+        if (!std::isnan(root_terminal_)) throw std::runtime_error("search from a finished game");
+        // one expansion per simulation at most: growing once keeps the arrays from reallocating
+        tree_.reserve(tree_.size() + std::min<size_t>(static_cast<size_t>(simulations) * game_.num_actions(), 1 << 20));
+        if (batch_ == 1 && evaluator_.is_none()) return run_playouts(simulations);
         int done = 0;
-        std::vector<int> leaves;
+        State state{};
         while (done < simulations) {
             int want = std::min(batch_, simulations - done);
-            leaves.clear();
+            leaves_.clear();
+            leaf_states_.clear();
             for (int i = 0; i < want; ++i) {
-                int leaf = descend();
-                leaves.push_back(leaf);
+                int leaf = descend<true>(state);
+                leaves_.push_back(leaf);
+                leaf_states_.push_back(state);
                 add_virtual(leaf, +1);
             }
-            std::vector<float> values = evaluate(leaves);
-            for (size_t i = 0; i < leaves.size(); ++i) {
-                add_virtual(leaves[i], -1);
-                backup(leaves[i], values[i]);
+            evaluate();
+            for (size_t i = 0; i < leaves_.size(); ++i) {
+                add_virtual(leaves_[i], -1);
+                backup(leaves_[i], values_[i]);
             }
-            done += static_cast<int>(leaves.size());
+            done += static_cast<int>(leaves_.size());
         }
     }
 
-    // Make the child reached by `move` the root, keeping its subtree (rebuilt in a compact vector).
+    // Make the child reached by `move` the root, keeping its subtree (rebuilt compact, breadth first).
     void advance(int move) {
-        const Node& root = nodes_[0];
+        const HotNode& root = tree_.hot[0];
         int child = -1;
         for (int i = 0; i < root.num_children; ++i)
-            if (nodes_[root.first_child + i].move == move) child = root.first_child + i;
+            if (tree_.hot[root.first_child + i].move == move) child = root.first_child + i;
         if (child < 0) {
-            if (!root.expanded) {
-                std::vector<int> legal;
-                game_.moves(states_[0], legal);
-                if (std::find(legal.begin(), legal.end(), move) != legal.end()) {
-                    reset(game_.play(states_[0], move));
+            if (!tree_.expanded(0)) {
+                game_.moves(tree_.root_state, moves_);
+                if (std::find(moves_.begin(), moves_.end(), move) != moves_.end()) {
+                    reset(game_.play(tree_.root_state, move));
                     return;
                 }
             }
             throw std::invalid_argument("advance: move " + std::to_string(move) + " is not legal here");
         }
-        std::vector<Node> nodes;
-        std::vector<State> states;
+        Tree<Game> kept;
         std::vector<int> old_index{child};
-        nodes.push_back(nodes_[child]);
-        states.push_back(states_[child]);
-        nodes[0].parent = -1;
-        for (size_t k = 0; k < nodes.size(); ++k) {  // breadth first: children stay contiguous
-            const Node& old = nodes_[old_index[k]];
-            if (old.num_children == 0) continue;
-            nodes[k].first_child = static_cast<int>(nodes.size());
-            for (int i = 0; i < old.num_children; ++i) {
-                Node n = nodes_[old.first_child + i];
-                n.parent = static_cast<int>(k);
-                nodes.push_back(n);
-                states.push_back(states_[old.first_child + i]);
-                old_index.push_back(old.first_child + i);
+        kept.copy_node(tree_, child, -1);
+        for (int k = 0; k < kept.size(); ++k) {  // children stay contiguous
+            int old = old_index[k];
+            if (!tree_.expanded(old)) continue;
+            int first = tree_.hot[old].first_child, count = tree_.hot[old].num_children;
+            kept.hot[k].first_child = kept.size();
+            kept.hot[k].num_children = static_cast<uint16_t>(count);
+            for (int i = 0; i < count; ++i) {
+                kept.copy_node(tree_, first + i, k);
+                old_index.push_back(first + i);
             }
         }
-        nodes_.swap(nodes);
-        states_.swap(states);
+        State next = kStoresStates ? kept.state[0] : game_.play(tree_.root_state, move);
+        tree_ = std::move(kept);
+        root_terminal_ = terminal_of(0, next);
+        tree_.root_state = std::move(next);
     }
 
     py::dict root_stats() const {
-        const Node& root = nodes_[0];
+        const HotNode& root = tree_.hot[0];
         std::vector<int> moves, visits;
         std::vector<float> values, priors;
-        for (int i = 0; i < root.num_children; ++i) {
-            const Node& ch = nodes_[root.first_child + i];
-            moves.push_back(ch.move);
-            visits.push_back(ch.visits);
-            values.push_back(ch.visits ? ch.value_sum / ch.visits : 0.0f);
-            priors.push_back(ch.prior);
+        for (int ch = root.first_child; ch < root.first_child + root.num_children; ++ch) {
+            const HotNode& node = tree_.hot[ch];
+            moves.push_back(node.move);
+            visits.push_back(node.visits);
+            values.push_back(node.visits ? node.value_sum / node.visits : 0.0f);
+            priors.push_back(tree_.prior[ch]);
         }
         py::dict d;
         d["moves"] = moves;
@@ -234,126 +233,159 @@ class Search {
     }
 
     int best_move() const {
-        const Node& root = nodes_[0];
+        const HotNode& root = tree_.hot[0];
         if (root.num_children == 0) throw std::runtime_error("best_move: run a search first");
         int best = root.first_child;
-        for (int i = 1; i < root.num_children; ++i)
-            if (nodes_[root.first_child + i].visits > nodes_[best].visits) best = root.first_child + i;
-        return nodes_[best].move;
+        for (int ch = root.first_child + 1; ch < root.first_child + root.num_children; ++ch)
+            if (tree_.hot[ch].visits > tree_.hot[best].visits) best = ch;
+        return tree_.hot[best].move;
     }
 
-    size_t size() const { return nodes_.size(); }
-    const State& root_state() const { return states_[0]; }
+    size_t size() const { return tree_.size(); }
+    const State& root_state() const { return tree_.root_state; }
     Game& game() { return game_; }
 
   private:
-    // `parent_term`: sqrt(N) for PUCT, log(N) for UCT (N = the parent's visits), computed once per parent.
-    float score(const Node& ch, float parent_term) const {
-        int n = ch.visits + ch.virtual_visits;
-        // virtual loss: a pending visit counts as a loss for the mover, steering the batch elsewhere
-        float w = ch.value_sum - static_cast<float>(virtual_loss_ * ch.virtual_visits);
-        if (puct_) {
-            float q = n ? w / n : 0.0f;
-            return q + c_ * ch.prior * parent_term / (1.0f + n);
+    float terminal_of(int node, const State& state) {
+        if constexpr (kStoresStates) {
+            float& cached = tree_.terminal[node];
+            if (cached == kUnknown) cached = game_.terminal(state);
+            return cached;
+        } else {
+            return game_.terminal(state);
         }
-        if (n == 0) return std::numeric_limits<float>::infinity();
-        float q01 = 0.5f * (1.0f + w / n);  // UCT on rewards in [0, 1], c = sqrt(2) as Kocsis & Szepesvari
-        return q01 + c_ * std::sqrt(parent_term / n);
     }
 
-    int descend() {
-        int node = 0;
-        while (nodes_[node].expanded && std::isnan(nodes_[node].terminal) && nodes_[node].num_children > 0) {
-            const Node& parent = nodes_[node];
-            float parent_n = static_cast<float>(std::max(parent.visits + parent.virtual_visits, puct_ ? 0 : 1));
-            float parent_term = puct_ ? std::sqrt(parent_n) : std::log(parent_n);
-            int best = parent.first_child;
-            float best_score = -std::numeric_limits<float>::infinity();
-            for (int i = 0; i < parent.num_children; ++i) {
-                float s = score(nodes_[parent.first_child + i], parent_term);
-                if (s > best_score) { best_score = s; best = parent.first_child + i; }
+    // The plain UCT loop: one leaf at a time, expanded and played out at once, backed up along the path.
+    void run_playouts(int simulations) {
+        State state{};
+        for (int i = 0; i < simulations; ++i) {
+            int leaf = descend<false>(state);
+            float value = terminal_of(leaf, state);
+            if (std::isnan(value)) {
+                expand(leaf, state, nullptr);
+                value = game_.playout(state, rng_, two_player_, moves_);
             }
-            node = best;
+            for (auto it = path_.rbegin(); it != path_.rend(); ++it) {
+                tree_.hot[*it].visits += 1;
+                tree_.hot[*it].value_sum += value;
+                if (two_player_) value = -value;
+            }
         }
+    }
+
+    // The child of `parent` to follow: the first of the highest scores, in move order. UCT: an
+    // unvisited child first, else (1 + W/n) / 2 + c sqrt(ln N / n) on rewards in [0, 1] (Kocsis &
+    // Szepesvari); PUCT: W/n (0 unvisited) + c P sqrt(N) / (1 + n). With `kVirtual`, a pending visit
+    // counts as a loss for the mover, steering a batch's leaves apart. The scores are one branch-free
+    // pass over the contiguous children, which the compiler vectorises.
+    template <bool kVirtual>
+    int select_child(int parent) {
+        const int first = tree_.hot[parent].first_child, count = tree_.hot[parent].num_children;
+        if (static_cast<int>(scores_.size()) < count) scores_.resize(count);
+        const HotNode* __restrict children = tree_.hot.data() + first;
+        const int32_t* __restrict pending = tree_.virtual_visits.data() + first;
+        const float* __restrict prior = tree_.prior.data() + first;
+        float* __restrict scores = scores_.data();
+        const float loss = static_cast<float>(virtual_loss_), c = c_;
+        int parent_n = tree_.hot[parent].visits + (kVirtual ? tree_.virtual_visits[parent] : 0);
+        if (puct_) {
+            const float parent_term = std::sqrt(static_cast<float>(std::max(parent_n, 0)));
+            for (int i = 0; i < count; ++i) {
+                int n = children[i].visits + (kVirtual ? pending[i] : 0);
+                float w = children[i].value_sum - (kVirtual ? loss * static_cast<float>(pending[i]) : 0.0f);
+                // an unvisited child has W = 0, so W / max(n, 1) is its Q of 0
+                scores[i] = w / static_cast<float>(n + (n == 0)) +
+                            c * prior[i] * parent_term / (1.0f + static_cast<float>(n));
+            }
+        } else {
+            for (int i = 0; i < count; ++i)
+                if (children[i].visits + (kVirtual ? pending[i] : 0) == 0) return first + i;
+            const float log_n = log_of(std::max(parent_n, 1));
+            for (int i = 0; i < count; ++i) {
+                float n = static_cast<float>(children[i].visits + (kVirtual ? pending[i] : 0));
+                float w = children[i].value_sum - (kVirtual ? loss * static_cast<float>(pending[i]) : 0.0f);
+                scores[i] = 0.5f * (1.0f + w / n) + c * std::sqrt(log_n / n);
+            }
+        }
+        int best = 0;
+        for (int i = 1; i < count; ++i)
+            if (scores[i] > scores[best]) best = i;
+        return first + best;
+    }
+
+    // Walks from the root to a leaf; `state` becomes the leaf's state and path_ the nodes on the way.
+    template <bool kVirtual>
+    int descend(State& state) {
+        int node = 0;
+        path_.clear();
+        path_.push_back(0);
+        if constexpr (!kStoresStates) state = tree_.root_state;
+        while (tree_.hot[node].first_child >= 0 && tree_.hot[node].num_children > 0) {
+            node = select_child<kVirtual>(node);
+            path_.push_back(node);
+            if constexpr (!kStoresStates) state = game_.play(state, tree_.hot[node].move);
+        }
+        if constexpr (kStoresStates) state = tree_.state[node];
         return node;
     }
 
     void add_virtual(int node, int delta) {
-        for (; node >= 0; node = nodes_[node].parent) nodes_[node].virtual_visits += delta;
+        for (; node >= 0; node = tree_.parent[node]) tree_.virtual_visits[node] += delta;
     }
 
-    void expand(int node, const float* priors) {
-        if (nodes_[node].expanded) return;  // a leaf reached twice in one batch
-        game_.moves(states_[node], moves_);
-        int first = static_cast<int>(nodes_.size());
-        nodes_[node].expanded = true;
-        nodes_[node].first_child = first;
-        nodes_[node].num_children = static_cast<int>(moves_.size());
+    // Children in move order; a terminal node is never expanded (its value is exact).
+    void expand(int node, const State& state, const float* priors) {
+        if (tree_.expanded(node)) return;  // a leaf reached twice in one batch
+        game_.moves(state, moves_);
+        tree_.hot[node].first_child = tree_.size();
+        tree_.hot[node].num_children = static_cast<uint16_t>(moves_.size());
         float total = 0.0f;
         if (priors) for (int m : moves_) total += priors[m];
         for (int m : moves_) {
-            Node ch;
-            ch.parent = node;
-            ch.move = m;
-            ch.prior = priors ? (total > 0 ? priors[m] / total : 1.0f / moves_.size()) : 1.0f;
-            states_.push_back(game_.play(states_[node], m));
-            ch.terminal = game_.terminal(states_.back());
-            nodes_.push_back(ch);
+            tree_.add(node, m, priors ? (total > 0 ? priors[m] / total : 1.0f / moves_.size()) : 1.0f);
+            if constexpr (kStoresStates) tree_.add_state(game_.play(state, m));
         }
     }
 
-    // Random moves to the end; the value for the player who just moved in `state`.
-    float playout(State state) {
-        float sign = 1.0f;
-        for (;;) {
-            float t = game_.terminal(state);
-            if (!std::isnan(t)) return sign * t;
-            game_.moves(state, moves_);
-            state = game_.play(state, moves_[rng_.below(static_cast<int>(moves_.size()))]);
-            if (two_player_) sign = -sign;
+    // values_[i]: the value of leaves_[i] for the player who made the move into it.
+    void evaluate() {
+        values_.assign(leaves_.size(), 0.0f);
+        open_.clear();
+        for (size_t i = 0; i < leaves_.size(); ++i) {
+            float t = terminal_of(leaves_[i], leaf_states_[i]);
+            if (!std::isnan(t)) values_[i] = t;
+            else open_.push_back(static_cast<int>(i));
         }
-    }
-
-    std::vector<float> evaluate(const std::vector<int>& leaves) {
-        std::vector<float> values(leaves.size());
-        std::vector<int> open;
-        for (size_t i = 0; i < leaves.size(); ++i) {
-            const Node& n = nodes_[leaves[i]];
-            if (!std::isnan(n.terminal)) values[i] = n.terminal;
-            else open.push_back(static_cast<int>(i));
-        }
-        if (open.empty()) return values;
+        if (open_.empty()) return;
         if (evaluator_.is_none()) {
-            for (int i : open) {
-                expand(leaves[i], nullptr);
-                values[i] = playout(states_[leaves[i]]);
+            for (int i : open_) {
+                expand(leaves_[i], leaf_states_[i], nullptr);
+                values_[i] = game_.playout(leaf_states_[i], rng_, two_player_, moves_);
             }
-            return values;
+            return;
         }
-        py::list batch;
-        for (int i : open) batch.append(encode(states_[leaves[i]]));
-        py::tuple out(evaluator_(batch));
+        py::tuple out(evaluator_(encode_open()));
         auto priors = out[0].cast<py::array_t<float, py::array::c_style | py::array::forcecast>>();
         auto leaf_values = out[1].cast<py::array_t<float, py::array::c_style | py::array::forcecast>>();
-        if (priors.ndim() != 2 || priors.shape(0) != static_cast<py::ssize_t>(open.size()) ||
-            priors.shape(1) != game_.num_actions() || leaf_values.size() != static_cast<py::ssize_t>(open.size()))
+        if (priors.ndim() != 2 || priors.shape(0) != static_cast<py::ssize_t>(open_.size()) ||
+            priors.shape(1) != game_.num_actions() || leaf_values.size() != static_cast<py::ssize_t>(open_.size()))
             throw std::runtime_error("evaluator must return priors (B, num_actions) and values (B,) for B = " +
-                                     std::to_string(open.size()) + " states");
-        for (size_t k = 0; k < open.size(); ++k) {
-            int i = open[k];
-            expand(leaves[i], priors.data(k, 0));
+                                     std::to_string(open_.size()) + " states");
+        for (size_t k = 0; k < open_.size(); ++k) {
+            int i = open_[k];
+            expand(leaves_[i], leaf_states_[i], priors.data(k, 0));
             // the evaluator sees the player to move; the node stores the player who just moved
-            values[i] = two_player_ ? -leaf_values.data()[k] : leaf_values.data()[k];
+            values_[i] = two_player_ ? -leaf_values.data()[k] : leaf_values.data()[k];
         }
-        return values;
     }
 
-    py::object encode(const State& s) const;
+    py::object encode_open() const;  // the open leaves' states for the evaluator
 
     void backup(int node, float value) {
-        for (; node >= 0; node = nodes_[node].parent) {
-            nodes_[node].visits += 1;
-            nodes_[node].value_sum += value;
+        for (; node >= 0; node = tree_.parent[node]) {
+            tree_.hot[node].visits += 1;
+            tree_.hot[node].value_sum += value;
             if (two_player_) value = -value;
         }
     }
@@ -365,27 +397,39 @@ class Search {
     int virtual_loss_, batch_;
     Rng rng_;
     py::object evaluator_;
-    std::vector<Node> nodes_;
-    std::vector<State> states_;
-    std::vector<int> moves_;
+    Tree<Game> tree_;
+    float root_terminal_ = kNotTerminal;
+    std::vector<int> moves_, leaves_, open_, path_;  // scratch, kept to avoid allocating per simulation
+    std::vector<State> leaf_states_;
+    std::vector<float> values_, scores_;
 };
 
 template <class Game>
-py::object Search<Game>::encode(const State& s) const {
-    py::array_t<float> out(game_.obs_size());
-    game_.encode(s, out.mutable_data());
+py::object Search<Game>::encode_open() const {  // native games: one (B, obs_size) float32 array
+    py::array_t<float> out({static_cast<py::ssize_t>(open_.size()), static_cast<py::ssize_t>(game_.obs_size())});
+    for (size_t k = 0; k < open_.size(); ++k)
+        game_.encode(leaf_states_[open_[k]], out.mutable_data(static_cast<py::ssize_t>(k), 0));
     return std::move(out);
 }
 
 template <>
-py::object Search<PyGame>::encode(const State& s) const {
-    return game_.game.attr("encode")(s);
+py::object Search<PyGame>::encode_open() const {  // Python games: a list of their encodings
+    py::list batch;
+    for (int i : open_) batch.append(game_.game.attr("encode")(leaf_states_[i]));
+    return std::move(batch);
 }
 
 // ---- bindings ---------------------------------------------------------------------------------
 
 py::tuple ttt_state(const TicTacToe::State& s) { return py::make_tuple(s.to_move, s.just_moved, s.plies); }
 py::tuple c4_state(const ConnectFour::State& s) { return py::make_tuple(s.to_move, s.just_moved, s.plies); }
+py::int_ big_int(Gomoku::Board b) {  // a Python int of a 128-bit board
+    py::int_ high(static_cast<uint64_t>(b >> 64)), low(static_cast<uint64_t>(b));
+    return py::int_(high.attr("__lshift__")(64).attr("__or__")(low));
+}
+py::tuple gomoku_state(const Gomoku::State& s) {
+    return py::make_tuple(big_int(s.to_move), big_int(s.just_moved), s.plies);
+}
 
 template <class Game, class Init>
 void bind(py::module_& m, const char* name, Init make_game, py::object (*state_of)(const typename Game::State&)) {
@@ -419,6 +463,8 @@ PYBIND11_MODULE(_mcts, m) {
                     +[](const TicTacToe::State& s) -> py::object { return ttt_state(s); });
     bind<ConnectFour>(m, "ConnectFourSearch", [](py::object) { return ConnectFour(); },
                       +[](const ConnectFour::State& s) -> py::object { return c4_state(s); });
+    bind<Gomoku>(m, "GomokuSearch", [](py::object) { return Gomoku(); },
+                 +[](const Gomoku::State& s) -> py::object { return gomoku_state(s); });
     bind<PyGame>(m, "PyGameSearch", [](py::object g) { return PyGame(g); },
                  +[](const py::object& s) -> py::object { return s; });
 }
