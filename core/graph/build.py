@@ -6,6 +6,7 @@ is `$MSTRAIN_CACHE_DIR` or `~/.cache/mstrain/kernels`; files are written atomica
 concurrent processes may share it. Kernels have a C ABI and are called through ctypes.
 """
 import ctypes
+import functools
 import hashlib
 import os
 import shutil
@@ -95,6 +96,17 @@ def compile_all(sources):
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(lambda item: _compile(item[1], item[0]), missing.items()))
     return paths
+
+
+@functools.lru_cache(maxsize=None)
+def load_optional(source, *symbols):
+    """The ctypes functions `symbols` of `source`, compiled once per process, or None when no
+    compiler can build it (the caller keeps its numpy path)."""
+    try:
+        functions = tuple(load(source, symbol) for symbol in symbols)
+    except (OSError, KernelBuildError):
+        return None
+    return functions[0] if len(functions) == 1 else functions
 
 
 def load(source, symbol):

@@ -56,17 +56,8 @@ extern "C" void ms_bernoulli_mask(void** p, const int64_t* n) {
 _UNSIGNED = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-class _Function:
-    loaded = None
-
-
 def _function():
-    if _Function.loaded is None:
-        try:
-            _Function.loaded = _build.load(_SOURCE, "ms_bernoulli_mask")
-        except (OSError, _build.KernelBuildError):
-            _Function.loaded = False
-    return _Function.loaded or None
+    return _build.load_optional(_SOURCE, "ms_bernoulli_mask")
 
 
 def threshold_and_scale(keep_prob, dtype):

@@ -34,17 +34,8 @@ extern "C" void ms_transpose_copy(void** p, const int64_t* n) {
 _MAX_ROWS = 64  # the swap pays for itself for short, wide products (a batch times a weight)
 
 
-class _Function:
-    loaded = None
-
-
 def _transpose_copy():
-    if _Function.loaded is None:
-        try:
-            _Function.loaded = _build.load(_SOURCE, "ms_transpose_copy")
-        except (OSError, _build.KernelBuildError):
-            _Function.loaded = False
-    return _Function.loaded or None
+    return _build.load_optional(_SOURCE, "ms_transpose_copy")
 
 
 def _call(function, addresses, params):

@@ -53,20 +53,10 @@ extern "C" void ms_float_to_half(void** p, const int64_t* n) {
 """
 
 
-class _Converters:
-    loaded = None  # (half_to_float, float_to_half, half_sum_rows) ctypes functions, or False
-
-
 def converters():
     """The C functions (compiled once): (half_to_float, float_to_half, half_sum_rows), or None
     without a compiler."""
-    if _Converters.loaded is None:
-        try:
-            _Converters.loaded = tuple(_build.load(_SOURCE, name) for name in
-                                       ("ms_half_to_float", "ms_float_to_half", "ms_half_sum_rows"))
-        except (OSError, _build.KernelBuildError):
-            _Converters.loaded = False
-    return _Converters.loaded or None
+    return _build.load_optional(_SOURCE, "ms_half_to_float", "ms_float_to_half", "ms_half_sum_rows")
 
 
 def _dense_span(array):
