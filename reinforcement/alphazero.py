@@ -24,7 +24,7 @@ from mstrain.ops import functional as F
 
 from .mcts import MCTS, TicTacToe, minimax_move
 
-__all__ = ["PolicyValueNet", "AlphaZeroLoss", "AlphaZeroReplay", "AlphaZeroSettings", "AlphaZero"]
+__all__ = ["PolicyValueNet", "AlphaZeroLoss", "AlphaZeroReplay", "AlphaZeroSettings", "AlphaZero", "with_root_noise"]
 
 
 class PolicyValueNet(nn.Cell):
@@ -110,7 +110,7 @@ class AlphaZeroSettings:
     seed: int = 0
 
 
-def _with_root_noise(evaluator, root_obs, noise, fraction):
+def with_root_noise(evaluator, root_obs, noise, fraction):
     """`evaluator` with `noise` mixed into the priors of the rows that encode the root (the tree
     expands the root from the first such row; tic-tac-toe never repeats a position lower down)."""
     def evaluate(obs):
@@ -150,7 +150,7 @@ class AlphaZero:
         while self.game.terminal_value(state) is None:
             root_obs = self.game.encode(state)
             noise = self.rng.dirichlet(np.full(9, self.s.dirichlet_alpha)).astype(np.float32)
-            evaluator = _with_root_noise(self.net.evaluate, root_obs, noise, self.s.noise_fraction)
+            evaluator = with_root_noise(self.net.evaluate, root_obs, noise, self.s.noise_fraction)
             search = self._search(history, evaluator, int(self.rng.integers(1 << 30)))
             counts = search.run(self.s.simulations).visit_counts().astype(np.float64)
             visits = counts / counts.sum()

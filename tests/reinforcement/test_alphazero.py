@@ -7,7 +7,7 @@ import pytest
 
 from mstrain import Tensor
 from mstrain.kernels import native_module
-from mstrain.reinforcement.alphazero import (AlphaZero, AlphaZeroReplay, PolicyValueNet, _with_root_noise)
+from mstrain.reinforcement.alphazero import AlphaZero, AlphaZeroReplay, PolicyValueNet, with_root_noise
 from mstrain.reinforcement.mcts import MCTS, TicTacToe
 
 native = pytest.mark.skipif(native_module("mstrain.reinforcement", "mcts") is None,
@@ -84,8 +84,8 @@ def test_root_noise_changes_only_the_root_priors():
     game, net = TicTacToe(), PolicyValueNet(hidden=(16,))
     state = game.play(game.initial(), 4)
     noise = np.random.default_rng(0).dirichlet(np.full(9, 0.3)).astype(np.float32)
-    search = MCTS("tictactoe", selection="puct", evaluator=_with_root_noise(net.evaluate, game.encode(state), noise, 0.25),
-                  batch_size=4)
+    noisy = with_root_noise(net.evaluate, game.encode(state), noise, 0.25)
+    search = MCTS("tictactoe", selection="puct", evaluator=noisy, batch_size=4)
     search.advance(4)
     stats = search.run(40).root_stats()
     priors, _ = net.evaluate(game.encode(state)[None])
