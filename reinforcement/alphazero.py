@@ -91,9 +91,10 @@ class AlphaZeroReplay:
 
 @dataclass
 class AlphaZeroSettings:
-    """The knobs of the loop (the job's config sections map onto these one to one)."""
-    hidden: Tuple[int, ...] = (64, 64)
-    games_per_iteration: int = 40
+    """The knobs of the loop; the defaults are configs/alphazero_tictactoe.yaml's (its sections map onto
+    these one to one)."""
+    hidden: Tuple[int, ...] = (128, 128)
+    games_per_iteration: int = 100
     simulations: int = 64
     eval_simulations: int = 64
     leaf_batch: int = 8
@@ -103,7 +104,7 @@ class AlphaZeroSettings:
     temperature_moves: int = 4
     replay_capacity: int = 20_000
     minibatch: int = 128
-    train_steps: int = 200
+    train_steps: int = 500
     lr: float = 1e-3
     weight_decay: float = 1e-4
     value_weight: float = 1.0
