@@ -74,6 +74,17 @@ def _mpiexec():
     return next((c for c in candidates if os.access(c, os.X_OK)), None)
 
 
+def _json_objects(text):
+    """Every JSON object in `text`: mpiexec forwards the ranks' output in chunks, so one rank's line
+    can arrive glued to the other's."""
+    decoder, objects, at = json.JSONDecoder(), [], text.find("{")
+    while at != -1:
+        value, end = decoder.raw_decode(text, at)
+        objects.append(value)
+        at = text.find("{", end)
+    return objects
+
+
 def test_two_mpi_ranks_read_disjoint_covering_shards(tmp_path):
     mpiexec = _mpiexec()
     if mpiexec is None:
@@ -85,7 +96,7 @@ def test_two_mpi_ranks_read_disjoint_covering_shards(tmp_path):
     result = subprocess.run([mpiexec, "-n", "2", sys.executable, str(script), root],
                             capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 0, result.stderr
-    reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    reports = _json_objects(result.stdout)
     assert len(reports) == 2
     assert [r["size"] for r in reports] == [3, 3]     # ceil(ceil(21 / 2) / 4) batches each
     first, second = (r["rows"] for r in reports)
