@@ -69,7 +69,10 @@ def test_timeline_is_chrome_trace_with_dataset_worker_tracks(tmp_path):
     x = rng.normal(size=(64, 12)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int32)
     data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False)
-    data = data.map(lambda v: (v * 2.0).astype(np.float32), input_columns=["x"], num_parallel_workers=2).batch(8)
+    def slow_double(v):  # long enough that one worker cannot drain the queue before the other starts
+        time.sleep(0.005)
+        return (v * 2.0).astype(np.float32)
+    data = data.map(slow_double, input_columns=["x"], num_parallel_workers=2).batch(8)
     model, _ = _model()
     with Profiler(output_path=str(tmp_path)) as profiler:
         model.train(1, data)
