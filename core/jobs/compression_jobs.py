@@ -24,18 +24,11 @@ from ..registry import register_job
 from ..tensor import Tensor
 from .common import build_callbacks, build_optimizer, prepare_run
 from .compression_config import LenetQatConfig, LenetSlbConfig, Resnet8ScopConfig
-from .mlp_mnist import load_mnist
+from .mlp_mnist import mnist_images
 
-__all__ = ["mnist_images", "fit", "train_and_evaluate", "accuracy", "images_per_second",
+__all__ = ["mnist_images", "fit", "accuracy", "images_per_second",
            "side_by_side_images_per_second", "float_bytes", "train_float", "slb_search", "run_qat", "run_slb",
            "run_scop"]
-
-
-def mnist_images(cfg):
-    """((x_train, y_train), (x_test, y_test)) with images shaped (N, 1, 28, 28)."""
-    (x_train, y_train), (x_test, y_test) = load_mnist(cfg.data.path, cfg.data.train_size, cfg.data.test_size,
-                                                      root=cfg.data.root)
-    return (x_train.reshape(-1, 1, 28, 28), y_train), (x_test.reshape(-1, 1, 28, 28), y_test)
 
 
 def fit(cfg, network, inputs, labels, name, epochs, lr=None, callbacks=(), train_network=None):
@@ -111,20 +104,6 @@ def _log(name, rows):
     logger.info("%-14s " + " ".join(f"{k:>14}" for k in keys), "network")
     for label, row in rows:
         logger.info("%-14s " + " ".join(f"{row.get(k, ''):>14}" for k in keys), label)
-
-
-def train_and_evaluate(cfg, network, name):
-    """Float training job body (resnet8_mnist): train, report test accuracy, loss, epochs, seconds."""
-    (x_train, y_train), (x_test, y_test) = mnist_images(cfg)
-    prepare_run(cfg)
-    start = time.perf_counter()
-    loss = fit(cfg, network, x_train, y_train, name, cfg.train.epochs)
-    seconds = time.perf_counter() - start
-    _eager()
-    acc = accuracy(network, x_test, y_test, 500)
-    if is_main_process():
-        get_logger(name).info("test accuracy %.4f after %d epochs (%.1f s)", acc, cfg.train.epochs, seconds)
-    return {"test_acc": acc, "epochs": cfg.train.epochs, "seconds": round(seconds, 3), "train_loss": loss}
 
 
 def train_float(cfg, network, name):

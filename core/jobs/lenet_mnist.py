@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .. import nn
 from ..config import JobConfig, option, section
 from ..registry import register_job
-from .mlp_mnist import MnistData, load_mnist, train_image_classifier
+from .mlp_mnist import MnistData, run_image_classifier
 
 __all__ = ["LeNet5", "LeNetMnistConfig", "run"]
 
@@ -60,8 +60,4 @@ class LeNetMnistConfig(JobConfig):
 @register_job("lenet_mnist", schema=LeNetMnistConfig)
 def run(cfg):
     """Train LeNet-5 on MNIST and report the test accuracy."""
-    (x_train, y_train), (x_test, y_test) = load_mnist(cfg.data.path, cfg.data.train_size, cfg.data.test_size,
-                                                      root=cfg.data.root)
-    images = lambda x: x.reshape(-1, 1, 28, 28)  # noqa: E731  (load_mnist flattens)
-    return train_image_classifier(cfg, "lenet_mnist", lambda: LeNet5(cfg.model.num_classes),
-                                  (images(x_train), y_train), (images(x_test), y_test))
+    return run_image_classifier(cfg, "lenet_mnist", lambda: LeNet5(cfg.model.num_classes))

@@ -22,7 +22,8 @@ from ..log import get_logger, is_main_process
 from ..registry import register_job
 from .common import build_callbacks, build_optimizer, prepare_run
 
-__all__ = ["MnistData", "MlpModel", "MlpMnistConfig", "load_mnist", "build_network", "run"]
+__all__ = ["MnistData", "MlpModel", "MlpMnistConfig", "load_mnist", "mnist_images", "build_network", "run",
+           "train_image_classifier", "run_image_classifier"]
 
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # of the 60k training pixels in [0, 1]
@@ -95,6 +96,19 @@ def run(cfg):
                                                       root=cfg.data.root)
     return train_image_classifier(cfg, "mlp_mnist", lambda: build_network(cfg.model.hidden),
                                   (x_train, y_train), (x_test, y_test))
+
+
+def mnist_images(cfg):
+    """The job's ((x_train, y_train), (x_test, y_test)) with images shaped (N, 1, 28, 28) for conv nets."""
+    (x_train, y_train), (x_test, y_test) = load_mnist(cfg.data.path, cfg.data.train_size, cfg.data.test_size,
+                                                      root=cfg.data.root)
+    return (x_train.reshape(-1, 1, 28, 28), y_train), (x_test.reshape(-1, 1, 28, 28), y_test)
+
+
+def run_image_classifier(cfg, name, make_network):
+    """A conv-net MNIST job body: the job's images through `train_image_classifier`."""
+    train, test = mnist_images(cfg)
+    return train_image_classifier(cfg, name, make_network, train, test)
 
 
 def train_image_classifier(cfg, name, make_network, train, test):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .. import nn
 from ..config import JobConfig, option, section
 from ..registry import register_job
-from .mlp_mnist import MnistData
+from .mlp_mnist import MnistData, run_image_classifier
 
 __all__ = ["BasicBlock", "ResNet8", "ResNetMnistConfig", "run"]
 
@@ -76,5 +76,4 @@ class ResNetMnistConfig(JobConfig):
 @register_job("resnet8_mnist", schema=ResNetMnistConfig)
 def run(cfg):
     """Train ResNet-8 on MNIST and report the test accuracy."""
-    from .compression_jobs import train_and_evaluate
-    return train_and_evaluate(cfg, ResNet8(cfg.model.num_classes), "resnet8_mnist")
+    return run_image_classifier(cfg, "resnet8_mnist", lambda: ResNet8(cfg.model.num_classes))
