@@ -30,7 +30,7 @@ import numpy as np
 from .. import kernels
 from ..errors import CheckpointError
 from ..fileio import atomic_write
-from ..nn import Cell
+from ..nn import Cell, Dense
 from ..ops import conv_functional as CF
 from ..tensor import Tensor
 from .fake_quant import quantize_activation_np, weight_quant_params
@@ -158,33 +158,22 @@ class Int8Conv2d(_Int8Layer):
         return Tensor(np.ascontiguousarray(out.reshape(n, oh, ow, -1).transpose(0, 3, 1, 2)))
 
 
-def _symmetric_code(bits):
+def symmetric_weight_code(bits):
+    """The weight code of a fake-quantized layer at `bits`: None for plain int8, else (bits, step, max)."""
     return None if bits >= 8 else (bits, 1, 2 ** (bits - 1) - 1)
 
 
-def int8_layer_of(cell):
-    """The integer layer of a fake-quantized one (QuantConv2d, QuantConv2dBnFold, QuantDense)."""
-    from .qat import QuantConv2d, QuantConv2dBnFold, QuantDense
-    scale, zero = cell.input_quant.quant_params()
-    bits = cell.input_quant.bits
-    if isinstance(cell, QuantDense):
-        dense = cell.layer
-        weight_q, weight_scale = weight_quant_params(dense.weight.asnumpy(), cell.weight_bits)
-        bias = None if dense.bias is None else dense.bias.asnumpy()
-        return Int8Dense(weight_q, weight_scale, bias, scale, zero, dense.activation, bits,
-                         _symmetric_code(cell.weight_bits))
-    conv = cell.layer
-    if conv.group != 1:
-        raise ValueError(f"convert: grouped convolutions (group={conv.group}) have no int8 kernel; "
+def integer_layer(layer, weight_q, weight_scale, bias, input_quant, code):
+    """The integer layer computing what the float `layer` (Dense or Conv2d) computes, from its
+    quantized weights and the activation quantizer that fed it during training."""
+    act_scale, zero = input_quant.quant_params()
+    if isinstance(layer, Dense):
+        return Int8Dense(weight_q, weight_scale, bias, act_scale, zero, layer.activation, input_quant.bits, code)
+    if layer.group != 1:
+        raise ValueError(f"convert: grouped convolutions (group={layer.group}) have no int8 kernel; "
                          "exclude the layer from quantization")
-    if isinstance(cell, QuantConv2dBnFold):
-        weight, bias = cell.folded(cell.bn.moving_mean, cell.bn.moving_variance)
-        weight, bias = weight.asnumpy(), bias.asnumpy()
-    elif isinstance(cell, QuantConv2d):
-        weight, bias = conv.weight.asnumpy(), None if conv.bias is None else conv.bias.asnumpy()
-    weight_q, weight_scale = weight_quant_params(weight, cell.weight_bits)
-    return Int8Conv2d(weight_q, weight_scale, bias, scale, zero, conv.stride, conv.pad_mode, conv.padding,
-                      conv.dilation, bits, _symmetric_code(cell.weight_bits))
+    return Int8Conv2d(weight_q, weight_scale, bias, act_scale, zero, layer.stride, layer.pad_mode, layer.padding,
+                      layer.dilation, input_quant.bits, code)
 
 
 def to_int8(network):

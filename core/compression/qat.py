@@ -19,7 +19,8 @@ from ..ops import conv_functional as CF
 from ..tensor import Parameter, Tensor
 from ..train.callback import Callback
 from .base import AlgoConfig, CompAlgo
-from .fake_quant import ActivationQuantizer, fake_quant_weight
+from .fake_quant import ActivationQuantizer, fake_quant_weight, weight_quant_params
+from .int8 import integer_layer, save_quantized, symmetric_weight_code, to_int8
 from .rewrite import conv_bn_pairs, find_cells, get_cell, replace_cell
 
 __all__ = ["QatConfig", "SimulatedQuantizationAwareTraining", "QuantConv2d", "QuantDense", "QuantConv2dBnFold",
@@ -48,10 +49,17 @@ class _QuantLayer(Cell):
     def quantized_weight(self):
         return fake_quant_weight(self.layer.weight, self.weight_bits)
 
+    def inference_weight_and_bias(self):
+        """(weight, bias) as numpy arrays, as the integer layer computes with them."""
+        layer = self.layer
+        return layer.weight.asnumpy(), None if layer.bias is None else layer.bias.asnumpy()
+
     def int8_layer(self):
         """The integer layer computing what this one computes in inference."""
-        from .int8 import int8_layer_of
-        return int8_layer_of(self)
+        weight, bias = self.inference_weight_and_bias()
+        weight_q, weight_scale = weight_quant_params(weight, self.weight_bits)
+        return integer_layer(self.layer, weight_q, weight_scale, bias, self.input_quant,
+                             symmetric_weight_code(self.weight_bits))
 
 
 class QuantConv2d(_QuantLayer):
@@ -122,6 +130,10 @@ class QuantConv2dBnFold(_QuantLayer):
         bias = self.layer.bias if self.layer.bias is not None else 0.0
         return weight, bn.beta + (bias - mean) * factor
 
+    def inference_weight_and_bias(self):
+        weight, bias = self.folded(self.bn.moving_mean, self.bn.moving_variance)
+        return weight.asnumpy(), bias.asnumpy()
+
     def quantized_weight(self):  # inference form, for convert
         weight, _ = self.folded(self.bn.moving_mean, self.bn.moving_variance)
         return fake_quant_weight(weight, self.weight_bits)
@@ -186,7 +198,6 @@ class SimulatedQuantizationAwareTraining(CompAlgo):
 
     def convert(self, network, save_path=None):
         """The int8 network (see mstrain.compression.int8); written to `save_path` when given."""
-        from .int8 import save_quantized, to_int8
         self._check_network(network, "SimulatedQuantizationAwareTraining.convert")
         converted = to_int8(network)
         if save_path is not None:

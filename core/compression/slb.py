@@ -27,6 +27,7 @@ from ..tensor import Parameter, Tensor
 from ..train.callback import Callback
 from .base import AlgoConfig, CompAlgo
 from .fake_quant import ActivationQuantizer
+from .int8 import integer_layer, save_quantized, to_int8
 from .rewrite import find_cells, replace_cell
 
 __all__ = ["SlbConfig", "SlbQuantAwareTraining", "SlbLayer", "TemperatureScheduler", "slb_values"]
@@ -91,20 +92,11 @@ class SlbLayer(Cell):
 
     def int8_layer(self):
         """The integer layer: weights (2i - (2^bits - 1)) as int8, scale a_c / (2^bits - 1)."""
-        from .int8 import Int8Conv2d, Int8Dense
         levels = 2 ** self.weight_bits - 1
         weight_q = (2 * self.chosen_indices() - levels).astype(np.int8)
         weight_scale = (self.scale.asnumpy().reshape(-1) / levels).astype(np.float32)
-        act_scale, zero = self.input_quant.quant_params()
-        layer, code = self.layer, (self.weight_bits, 2, levels)
-        bias = None if layer.bias is None else layer.bias.asnumpy()
-        if isinstance(layer, Dense):
-            return Int8Dense(weight_q, weight_scale, bias, act_scale, zero, layer.activation, self.input_quant.bits,
-                             code)
-        if layer.group != 1:
-            raise ValueError(f"convert: grouped convolutions (group={layer.group}) have no int8 kernel")
-        return Int8Conv2d(weight_q, weight_scale, bias, act_scale, zero, layer.stride, layer.pad_mode, layer.padding,
-                          layer.dilation, self.input_quant.bits, code)
+        bias = None if self.layer.bias is None else self.layer.bias.asnumpy()
+        return integer_layer(self.layer, weight_q, weight_scale, bias, self.input_quant, (self.weight_bits, 2, levels))
 
     def extend_repr(self):
         return f"weight_bits={self.weight_bits}"
@@ -173,7 +165,6 @@ class SlbQuantAwareTraining(CompAlgo):
     def convert(self, network, save_path=None):
         """The integer network with the chosen low-bit weights; written to `save_path` when given.
         Layers the search did not cover stay float."""
-        from .int8 import save_quantized, to_int8
         self._check_network(network, "SlbQuantAwareTraining.convert")
         converted = to_int8(network)
         if save_path is not None:
