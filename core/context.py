@@ -12,10 +12,7 @@ turns fusion off whatever this says), `device_target` ('CPU'), `device_id` (0), 
 (write each graph's IR before and after every pass, as MSTRAIN_DUMP_IR does) with
 `save_graphs_path`.
 """
-from .errors import ConfigError
-
-GRAPH_MODE = 0
-PYNATIVE_MODE = 1
+from .context_state import _DEFAULTS, GRAPH_MODE, PYNATIVE_MODE, STATE, check_key, get_context  # noqa: F401
 
 
 class ParallelMode:
@@ -44,54 +41,15 @@ def reset_auto_parallel_context():
     from .parallel import reset_auto_parallel_context as reset_parallel
     return reset_parallel()
 
-_DEFAULTS = {
-    "mode": PYNATIVE_MODE,
-    "enable_graph_kernel": True,
-    "device_target": "CPU",
-    "device_id": 0,
-    "save_graphs": False,
-    "save_graphs_path": ".",
-}
-# MindSpore scripts name the device; the CPU is the only one (device 0), so other values are refused
-_CHOICES = {"mode": (GRAPH_MODE, PYNATIVE_MODE), "device_target": ("CPU",), "device_id": (0,)}
-
-
-class _State:
-    """The context values, and the hook `Cell.__call__` reads (set while GRAPH_MODE is on)."""
-    values = dict(_DEFAULTS)
-    cell_runner = None
-
-
-STATE = _State()
-
-
-def _check(key, value):
-    if key not in _DEFAULTS:
-        raise ConfigError(f"unknown context key {key!r}; known: {', '.join(sorted(_DEFAULTS))}",
-                          source="set_context", key=key)
-    choices = _CHOICES.get(key)
-    if choices is not None and value not in choices:
-        raise ConfigError(f"{key} must be one of {choices}, got {value!r}", source="set_context", key=key)
-    if key in ("enable_graph_kernel", "save_graphs") and not isinstance(value, (bool, int)):
-        raise ConfigError(f"{key} must be a bool, got {value!r}", source="set_context", key=key)
-
 
 def set_context(**kwargs):
     """Set context keys (see the module docstring); an unknown key or bad value raises ConfigError."""
     for key, value in kwargs.items():
-        _check(key, value)
+        check_key(key, value)
     STATE.values.update(kwargs)
     if "mode" in kwargs:
         from .jit import run_cell  # the graph runner Cells use in GRAPH_MODE
         STATE.cell_runner = run_cell if kwargs["mode"] == GRAPH_MODE else None
-
-
-def get_context(key):
-    """The value of one context key."""
-    if key not in _DEFAULTS:
-        raise ConfigError(f"unknown context key {key!r}; known: {', '.join(sorted(_DEFAULTS))}",
-                          source="get_context", key=key)
-    return STATE.values[key]
 
 
 def reset_context():

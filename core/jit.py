@@ -27,7 +27,7 @@ import weakref
 import numpy as np
 
 from . import autograd as _autograd
-from .context import STATE as _CONTEXT
+from .context_state import STATE as _CONTEXT
 from .graph import dynamic as _dynamic
 from .graph.compiler import compile_graph
 from .graph.executor import ResidentChanged

@@ -33,7 +33,7 @@ from ..fileio import atomic_write
 from ..nn import Cell, Dense
 from ..ops import conv_functional as CF
 from ..tensor import Tensor
-from .fake_quant import quantize_activation_np, weight_quant_params
+from .fake_quant import quantize_activation_np
 from .rewrite import find_cells, get_cell, replace_cell
 
 __all__ = ["pack_codes", "unpack_codes", "Int8Conv2d", "Int8Dense", "to_int8", "save_quantized", "load_quantized",

@@ -12,6 +12,7 @@ import itertools
 import os
 import re
 
+from ..context_state import get_context
 from .passes import (algebraic_simplification, common_subexpression_elimination, constant_folding,
                      dead_code_elimination)
 
@@ -43,7 +44,6 @@ def fusion_enabled(requested=None):
     if os.environ.get("MSTRAIN_DISABLE_FUSION", "").strip().lower() not in ("", "0", "false", "no"):
         return False
     if requested is None:
-        from ..context import get_context
         requested = get_context("enable_graph_kernel")
     if not requested:
         return False
@@ -63,7 +63,6 @@ def _dump_dir():
     path = os.environ.get("MSTRAIN_DUMP_IR")
     if path:
         return path
-    from ..context import get_context
     return os.path.join(get_context("save_graphs_path"), "ir") if get_context("save_graphs") else None
 
 

@@ -17,7 +17,7 @@ import re
 from collections import OrderedDict
 
 from .. import dtype as _dtype
-from ..context import STATE as _CONTEXT
+from ..context_state import STATE as _CONTEXT
 from ..common.parameter import ParameterTuple
 from ..ops import functional as F
 from ..tensor import Parameter, Tensor

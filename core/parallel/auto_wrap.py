@@ -22,12 +22,11 @@ Parameters keep their whole storage on every rank, so checkpoints, evaluation an
 work unchanged; `spmd.shard_parameters` cuts the storage for those who want the memory back.
 """
 from ..errors import ParallelConfigError
-from .context import check_consistent_across_ranks, get_auto_parallel_context, get_parallel_mode
+from .context import PLANNED_MODES, check_consistent_across_ranks, get_auto_parallel_context, get_parallel_mode
 from .grad_reducer import DistributedGradReducer
 from .optimizer_shard import wrap_optimizer
 from .strategy_files import load_strategy_file, save_strategy_file
 
-PLANNED_MODES = ("semi_auto_parallel", "auto_parallel")
 _REDUCED_MODES = ("data_parallel", "hybrid_parallel")
 _DATASET_STRATEGIES = ("data_parallel", "full_batch")
 

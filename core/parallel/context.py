@@ -116,8 +116,17 @@ def _first_difference(a, b):
     raise ValueError("the contexts do not differ")
 
 
+# the modes in which the parallel engine plans the layout itself (operators sharded by strategy)
+PLANNED_MODES = ("semi_auto_parallel", "auto_parallel")
+
+
 def get_parallel_mode():
     return _context.values["parallel_mode"]
+
+
+def layout_is_planned():
+    """Whether the current parallel_mode is one the engine plans (semi_auto_parallel, auto_parallel)."""
+    return get_parallel_mode() in PLANNED_MODES
 
 
 def parallel_groups():

@@ -16,8 +16,6 @@ of the stage output to the same position of the next stage; the loss is the whol
 so the gradients are complete and no data-parallel all-reduce is left to do. Cells marked
 `recompute()` run plainly inside such a stage (the interpreter keeps its activations).
 """
-import contextlib
-
 import numpy as np
 
 from .. import autograd as _autograd
@@ -28,21 +26,10 @@ from ..nn.cell import Cell
 from ..tensor import Tensor
 from . import pipeline_traced as _traced
 from .grad_reducer import DistributedGradReducer
+from .pipeline_ops import BACKWARD_TAG, FORWARD_TAG, without_ready_hooks
 
 _DTYPES = (np.float32, np.float64, np.float16, np.int32, np.int64, np.int8, np.uint8, np.bool_)
 _HEADER = 10  # ndim, dtype index, up to 8 dims
-_FORWARD, _BACKWARD = 0, 1
-
-
-@contextlib.contextmanager
-def _without_ready_hooks():
-    """Micro-batch gradients are partial: data-parallel reducers must not take them as final."""
-    hooks = list(_autograd.grad_ready_hooks)
-    _autograd.grad_ready_hooks.clear()
-    try:
-        yield
-    finally:
-        _autograd.grad_ready_hooks.extend(hooks)
 
 
 def _stage_cells(stages, pipeline_stages):
@@ -130,23 +117,23 @@ class PipelineCell(Cell):
     def _forward(self, x_mb, y_mb, scale):
         stage = self.groups.stage
         with _autograd.tape():
-            x = Tensor(x_mb) if self.is_first else _autograd.make_leaf(Tensor._wrap(self._recv(stage - 1, _FORWARD)))
+            x = Tensor(x_mb) if self.is_first else _autograd.make_leaf(Tensor._wrap(self._recv(stage - 1, FORWARD_TAG)))
             out = self._run_local(x, Tensor(y_mb))
             if self.is_last:
                 loss, out = out, out * scale
         if not self.is_last:
-            self._send(out.asnumpy(), stage + 1, _FORWARD)
+            self._send(out.asnumpy(), stage + 1, FORWARD_TAG)
             return x, out, None
         return x, out, float(loss.asnumpy())
 
     def _backward(self, x, out, params, accumulated):
         stage = self.groups.stage
-        sens = np.ones_like(out.asnumpy()) if self.is_last else self._recv(stage + 1, _BACKWARD)
+        sens = np.ones_like(out.asnumpy()) if self.is_last else self._recv(stage + 1, BACKWARD_TAG)
         targets = ([] if self.is_first else [x]) + params
-        with _autograd.tape(), _without_ready_hooks():  # a level open, as value_and_grad has one
+        with _autograd.tape(), without_ready_hooks():  # a level open, as value_and_grad has one
             grads = _autograd.backward(out, Tensor._wrap(sens), targets)
         if not self.is_first:
-            self._send(grads[0].asnumpy(), stage - 1, _BACKWARD)
+            self._send(grads[0].asnumpy(), stage - 1, BACKWARD_TAG)
             grads = grads[1:]
         for i, g in enumerate(grads):
             accumulated[i] = g.asnumpy().copy() if accumulated[i] is None else accumulated[i] + g.asnumpy()
@@ -185,12 +172,12 @@ class PipelineCell(Cell):
         with _autograd.no_grad():
             losses, stage = [], self.groups.stage
             for x_mb, y_mb in zip(self._split(inputs), self._split(labels)):
-                x = Tensor(x_mb) if self.is_first else Tensor._wrap(self._recv(stage - 1, _FORWARD))
+                x = Tensor(x_mb) if self.is_first else Tensor._wrap(self._recv(stage - 1, FORWARD_TAG))
                 out = self._run_local(x, Tensor(y_mb))
                 if self.is_last:
                     losses.append(float(out.asnumpy()))
                 else:
-                    self._send(out.asnumpy(), stage + 1, _FORWARD)
+                    self._send(out.asnumpy(), stage + 1, FORWARD_TAG)
             self._finish_sends()
         loss = np.array(np.mean(losses) if losses else 0.0, np.float32)
         return Tensor._wrap(broadcast_array(loss, self.groups.pipeline, root=self.groups.pipeline_stages - 1))
@@ -220,9 +207,8 @@ class _Stage(Cell):
 def _sharded_stage(cells, loss_fn, groups):
     """A SemiAutoParallelCell running the stage over its ranks under semi_auto / auto parallel
     (None otherwise, or with one rank per stage)."""
-    from .auto_wrap import PLANNED_MODES
-    from .context import get_parallel_mode
-    if get_parallel_mode() not in PLANNED_MODES or groups.stage_group.size <= 1:
+    from .context import layout_is_planned
+    if not layout_is_planned() or groups.stage_group.size <= 1:
         return None
     from .spmd import BATCH, SemiAutoParallelCell
     return SemiAutoParallelCell(_Stage(cells, loss_fn), group=groups.stage_group, input_strategy=BATCH,

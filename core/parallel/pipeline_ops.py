@@ -10,12 +10,28 @@ exactly as in the eager schedule. In a compiled plan the kernels call MPI_Isend 
 MPI_Wait from C on preallocated buffers (a send copies its value aside first: the plan may reuse
 the source buffer while the send is in flight); otherwise mpi4py's buffer API does the same.
 """
+import contextlib
 import ctypes
 
 import numpy as np
 
+from .. import autograd as _autograd
 from ..communication import graph_kernels as _gk
 from ..ops.primitive import apply, defop, register_rule
+
+FORWARD_TAG, BACKWARD_TAG = 0, 1  # message tags of activations and of their gradients
+
+
+@contextlib.contextmanager
+def without_ready_hooks():
+    """Micro-batch gradients are partial: data-parallel reducers must not take them as final."""
+    hooks = list(_autograd.grad_ready_hooks)
+    _autograd.grad_ready_hooks.clear()
+    try:
+        yield
+    finally:
+        _autograd.grad_ready_hooks.extend(hooks)
+
 
 _PENDING = {}  # id(group) -> [(request, buffer)] of sends started eagerly (while tracing)
 

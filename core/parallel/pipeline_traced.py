@@ -19,6 +19,7 @@ from ..errors import ParallelConfigError
 from ..ops import functional as F
 from ..tensor import Tensor
 from . import pipeline_ops
+from .pipeline_ops import BACKWARD_TAG, FORWARD_TAG, without_ready_hooks
 
 _HEADER = 10
 _DTYPES = (np.float32, np.float64, np.float16, np.int32, np.int64, np.int8, np.uint8, np.bool_)
@@ -78,7 +79,6 @@ def _finish(cell, losses, tokens):
 
 def forward_backward(cell, inputs, labels):
     """The traced 1F1B step: (mean loss on every stage, grads of `cell.trainable_params()`)."""
-    from .pipeline import _BACKWARD, _FORWARD, _without_ready_hooks
     xs, ys = _micro_batches(cell, inputs), _micro_batches(cell, labels)
     m, p, stage = cell.micro_batch_num, cell.groups.pipeline_stages, cell.groups.stage
     params = cell.trainable_params()
@@ -91,22 +91,22 @@ def forward_backward(cell, inputs, labels):
             k = next_forward
             next_forward += 1
             with _autograd.tape():
-                x = xs[k] if cell.is_first else _autograd.make_leaf(_recv(cell, stage - 1, _FORWARD))
+                x = xs[k] if cell.is_first else _autograd.make_leaf(_recv(cell, stage - 1, FORWARD_TAG))
                 out = cell._run_local(x, ys[k])
                 if cell.is_last:
                     losses.append(out)
                     out = F.mul(out, 1.0 / m)
             if not cell.is_last:
-                _send(cell, out, stage + 1, _FORWARD, tokens)
+                _send(cell, out, stage + 1, FORWARD_TAG, tokens)
             saved.append((x, out))
             continue
         x, out = saved.pop(0)
-        sens = Tensor(np.ones(out.shape, out.dtype)) if cell.is_last else _recv(cell, stage + 1, _BACKWARD)
+        sens = Tensor(np.ones(out.shape, out.dtype)) if cell.is_last else _recv(cell, stage + 1, BACKWARD_TAG)
         targets = ([] if cell.is_first else [x]) + params
-        with _autograd.tape(), _without_ready_hooks():
+        with _autograd.tape(), without_ready_hooks():
             grads = _autograd.backward(out, sens, targets)
         if not cell.is_first:
-            _send(cell, grads[0], stage - 1, _BACKWARD, tokens)
+            _send(cell, grads[0], stage - 1, BACKWARD_TAG, tokens)
             grads = grads[1:]
         for i, g in enumerate(grads):
             accumulated[i] = g if accumulated[i] is None else F.add(accumulated[i], g)
@@ -117,14 +117,13 @@ def forward_backward(cell, inputs, labels):
 
 def forward_only(cell, inputs, labels):
     """The traced evaluation pass: the mean loss over the micro-batches, on every stage."""
-    from .pipeline import _FORWARD
     stage, losses, tokens = cell.groups.stage, [], []
     with _autograd.no_grad():
         for x_mb, y_mb in zip(_micro_batches(cell, inputs), _micro_batches(cell, labels)):
-            x = x_mb if cell.is_first else _recv(cell, stage - 1, _FORWARD)
+            x = x_mb if cell.is_first else _recv(cell, stage - 1, FORWARD_TAG)
             out = cell._run_local(x, y_mb)
             if cell.is_last:
                 losses.append(out)
             else:
-                _send(cell, out, stage + 1, _FORWARD, tokens)
+                _send(cell, out, stage + 1, FORWARD_TAG, tokens)
         return _finish(cell, losses, tokens)
