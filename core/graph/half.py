@@ -23,10 +23,7 @@ _SOURCE = r"""#include <cstdint>
 """ + HALF_HELPERS + r"""
 /* p = {float16 source, float destination}; n = {count} */
 extern "C" void ms_half_to_float(void** p, const int64_t* n) {
-  const uint16_t* x = static_cast<const uint16_t*>(p[0]);
-  float* y = static_cast<float*>(p[1]);
-  #pragma omp simd
-  for (int64_t j = 0; j < n[0]; ++j) y[j] = ms_h2f(x[j]);
+  ms_h2f_n(static_cast<const uint16_t*>(p[0]), static_cast<float*>(p[1]), n[0]);
 }
 
 /* p = {float source, float16 destination}; n = {count} */
@@ -45,10 +42,7 @@ extern "C" void ms_half_sum_rows(void** p, const int64_t* n) {
 }
 
 extern "C" void ms_float_to_half(void** p, const int64_t* n) {
-  const float* x = static_cast<const float*>(p[0]);
-  uint16_t* y = static_cast<uint16_t*>(p[1]);
-  #pragma omp simd
-  for (int64_t j = 0; j < n[0]; ++j) y[j] = ms_f2h(x[j]);
+  ms_f2h_n(static_cast<const float*>(p[0]), static_cast<uint16_t*>(p[1]), n[0]);
 }
 """
 
