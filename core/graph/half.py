@@ -96,13 +96,19 @@ class HalfGemm:
         if library is None or native._Runtime.gemm is None or functions is None or \
                 any(flat is None for flat in (self.a_flat, self.b_flat, self.c_flat)):
             return None
-        params = native.gemm_params(self.a32, self.b32, self.c32)
-        if params is None:
-            return None
+        from .gemm_layout import swapped_steps
+        swapped = swapped_steps(self.a32, self.b32, self.c32)  # the float32 product's faster layout
+        if swapped is not None:
+            product, self.swap_scratch = swapped
+        else:
+            params = native.gemm_params(self.a32, self.b32, self.c32)
+            if params is None:
+                return None
+            product = [self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params)]
         half_to_float, float_to_half, _ = functions
         steps = [self._call(half_to_float, [self.a.ctypes.data, self.a_flat.ctypes.data], [self.a_flat.size]),
                  self._call(half_to_float, [self.b.ctypes.data, self.b_flat.ctypes.data], [self.b_flat.size]),
-                 self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params),
+                 *product,
                  self._call(float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data], [self.c_flat.size])]
         return ("steps", steps)
 

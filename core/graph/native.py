@@ -101,6 +101,9 @@ extern "C" void ms_sum_rows(void** p, const int64_t* n) {
   else sum_rows(static_cast<const float*>(p[0]), static_cast<float*>(p[1]), n[1], n[2]);
 }
 
+/* p = {source, destination}; n = {bytes}: an in-place write of a whole array (assign) */
+extern "C" void ms_copy_bytes(void** p, const int64_t* n) { std::memcpy(p[1], p[0], n[0]); }
+
 /* summary operators: p = {value, ring, counter}, n = {value bytes, ring capacity}; ring[counter++] = value */
 extern "C" void ms_summary_copy(void** p, const int64_t* n) {
   int64_t* counter = static_cast<int64_t*>(p[2]);
@@ -288,6 +291,19 @@ def runtime():
         _Runtime.sum_rows = ctypes.cast(library.ms_sum_rows, ctypes.c_void_p).value
         _Runtime.library = library
     return _Runtime.library
+
+
+def copy_steps(source, target):
+    """The C call writing `source` over `target` (same dtype and shape, both C-contiguous, not
+    overlapping), as the kernel's `native` steps, or None."""
+    library = runtime()
+    if library is None or not all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in (source, target)):
+        return None
+    if source.dtype != target.dtype or source.shape != target.shape or np.may_share_memory(source, target):
+        return None
+    pointers = (ctypes.c_void_p * 2)(source.ctypes.data, target.ctypes.data)
+    values = (ctypes.c_int64 * 1)(source.nbytes)
+    return ("steps", [(library.ms_copy_bytes, pointers, values)])
 
 
 def sum_rows_params(x, out):

@@ -44,7 +44,10 @@ def test_elementwise_chain_with_broadcasting(trace_graph, dtype, shape):
     b = _rand(shape[-1:], dtype, seed=1)           # broadcast along leading dims
     c = _rand(shape[:-1] + (1,), dtype, seed=2)    # broadcast along the last dim
     graph = check_fused(trace_graph, f, [a, b, c], dtype=dtype)
-    assert graph.count(op="fused") == 1
+    # the chain is one kernel; square(c), on c's own smaller shape, is a lone op: a kernel of its
+    # own in float16 (numpy's float16 loop would be a call back into Python), numpy's out= otherwise
+    lone_square = 1 if dtype == np.float16 and c.shape != a.shape else 0
+    assert graph.count(op="fused") == 1 + lone_square
 
 
 def test_strided_inputs_scalars_and_comparisons(trace_graph):
