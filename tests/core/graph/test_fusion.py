@@ -169,3 +169,19 @@ def test_sum_over_leading_axis_is_bit_exact_with_numpy(trace_graph):
     graph = trace_graph(lambda a: ops.sum(a, 0), g)
     _, run = compile_graph(graph, fusion=True)
     np.testing.assert_array_equal(run.run([g])[0], np.sum(g, 0))
+
+
+@pytest.mark.parametrize("shape", [(3, 1000), ((1 << 20) + 37,)])
+def test_float16_chunks_of_converted_loads_and_stores_are_numpys_bits(trace_graph, shape):
+    """Contiguous float16 rows convert a chunk at a time (odd tails, the parallel 1-d path); every op
+    rounds to float16 as numpy's float16 loops do, so arithmetic without transcendentals is exact."""
+    def f(a, b):
+        return ops.maximum(a * b + 0.5, a - b) * b
+    a = _rand(shape, np.float16)
+    b = _rand(shape[-1:], np.float16, seed=1)
+    graph = trace_graph(f, a, b)
+    _, fused_run = compile_graph(graph, fusion=True)
+    _, plain_run = compile_graph(graph, fusion=False)
+    (got,), (want,) = fused_run.run([a, b]), plain_run.run([a, b])
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
