@@ -45,6 +45,12 @@ static void blas_threads_for(double work) {
   if (g_get_threads() != wanted) g_set_threads(wanted);
 }
 
+/* before a kernel that calls back into Python: numpy's own products there get the count the
+   program started with, not the one thread the last small product left */
+extern "C" void ms_blas_entry_threads(void**, const int64_t*) {
+  if (g_entry_threads && g_get_threads() != g_entry_threads) g_set_threads(g_entry_threads);
+}
+
 static void enter_program() {
   if (g_get_threads && !g_entry_threads) g_entry_threads = g_get_threads();
 }
@@ -382,6 +388,8 @@ class NativeProgram:
     def __init__(self, plan):
         library = runtime()
         self._keep = []
+        self._restore_threads = ctypes.cast(library.ms_blas_entry_threads, ctypes.c_void_p).value \
+            if _Runtime.gemm is not None else None
         instrs = []
         self.python_calls = 0
         # kernels that keep values for the host (summary operators): told the step count before a
@@ -394,7 +402,11 @@ class NativeProgram:
                 instrs += [self._c_call(*step) for step in native[1]]
                 kernel_of_instr += [index] * len(native[1])
                 continue
-            instrs.append(self._instr(kernel))
+            instr = self._instr(kernel)
+            if instr.p is None and self._restore_threads is not None:  # a call back into Python
+                instrs.append(_Instr(self._restore_threads, None, None))
+                kernel_of_instr.append(index)
+            instrs.append(instr)
             kernel_of_instr.append(index)
         self._kernel_of_instr = np.asarray(kernel_of_instr, np.intp)
         self.count = len(instrs)

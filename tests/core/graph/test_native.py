@@ -116,10 +116,31 @@ def _gemm_kernel(a, b, out):
     return Kernel()
 
 
+_PROBE = """#include <cstdint>
+extern "C" void probe(void** p, const int64_t* n) {
+  static_cast<int64_t*>(p[1])[n[0]] = reinterpret_cast<int (*)()>(p[0])();
+}
+"""
+
+
+def _thread_probe(getter, seen, slot):
+    """A C kernel writing numpy's BLAS thread count into seen[slot] (as a kernel between two others)."""
+    import ctypes
+    from mstrain.graph import build
+    function = build.load(_PROBE, "probe")
+    pointers = (ctypes.c_void_p * 2)(getter, seen.ctypes.data)
+    values = (ctypes.c_int64 * 1)(slot)
+
+    class Kernel:
+        native = ("kernel", function, pointers, values)
+    return Kernel()
+
+
 @pytest.mark.parametrize("entry_threads", [2, 1])
 def test_small_products_run_on_one_blas_thread_and_numpys_count_comes_back(entry_threads):
     set_threads, get_threads = numpy_blas_threads()
-    if _numpy_blas_thread_functions() is None:
+    addresses = _numpy_blas_thread_functions()
+    if addresses is None:
         pytest.skip("numpy's BLAS is not OpenBLAS")
     runtime()
     rng = np.random.default_rng(0)
@@ -127,17 +148,20 @@ def test_small_products_run_on_one_blas_thread_and_numpys_count_comes_back(entry
     side = int(round(SMALL_GEMM_WORK ** (1 / 3))) + 2
     large = [rng.standard_normal((side, side)).astype(np.float32) for _ in range(2)]
     outs = [np.empty((32, 128), np.float32), np.empty((side, side), np.float32)]
-    seen = []
+    in_c = np.zeros(2, np.int64)
+    in_python = []
 
     def observe():
-        seen.append(get_threads())
-    plan = [_gemm_kernel(*small, outs[0]), observe, _gemm_kernel(*large, outs[1]), observe]
+        in_python.append(get_threads())
+    plan = [_gemm_kernel(*small, outs[0]), _thread_probe(addresses[1], in_c, 0), observe,
+            _gemm_kernel(*large, outs[1]), _thread_probe(addresses[1], in_c, 1)]
     assert blas_threads_for(32, 128, 784) == 1 and blas_threads_for(side, side, side, threads=3) == 3
     before = get_threads()
     try:
         set_threads(entry_threads)
         NativeProgram(plan).run()
-        assert seen == [1, entry_threads]   # the large product keeps the count the step started with
+        assert in_c.tolist() == [1, entry_threads]   # the large product keeps the count the step started with
+        assert in_python == [entry_threads]           # Python's own numpy calls get it back too
         assert get_threads() == entry_threads
     finally:
         set_threads(before)
