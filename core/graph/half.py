@@ -8,9 +8,11 @@ numpy's float16 matmul does (its sum only runs in another order), and eager runs
 float32 product (`mstrain.ops.math`), so compiled and eager results are equal.
 
 The scratch buffers are allocated once when the graph is bound. In the C step runner the four
-pieces are C calls (two conversions, numpy's sgemm, one conversion back); from Python the same
-work is numpy copies and a float32 matmul into the same buffers. The conversions are exact (round
-to nearest even) and branch-free (see codegen.HALF_HELPERS), with numpy's results bit for bit.
+pieces are C calls (two conversions, numpy's sgemm, one conversion back; the sgemm in the faster
+layout of `gemm_layout` for a few rows times a transposed weight); from Python the same work is numpy
+copies and a float32 matmul into the same buffers. The conversions are exact (round to nearest even),
+with numpy's results bit for bit: the CPU's F16C / AVX-512 instructions where the compiler targets
+them, branch-free bit arithmetic elsewhere (see codegen.HALF_HELPERS).
 """
 import ctypes
 import numpy as np
