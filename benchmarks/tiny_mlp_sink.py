@@ -23,8 +23,8 @@ per step (timed in C; `gemm` marks numpy's BLAS calls).
 written by hand in numpy with in-place updates, and `gemm_floor`, its five matrix products alone,
 both on the BLAS threads the compiled step's thread policy gives these products (`blas_threads`,
 `thread_policy`: mstrain.graph.native.blas_threads_for), `gemm_floor_all_threads` the products on
-all of numpy's BLAS threads, followed by a line with loop_sink / gemm_floor. Each of these lines also has `cpu_us_per_step`,
-the fastest block's process CPU time per step (on a shared machine, time other processes take
+all of numpy's BLAS threads, followed by a line with loop_sink / gemm_floor. Each of these lines
+also has `cpu_us_per_step`, the fastest block's process CPU time per step (on a shared machine, time other processes take
 from the run does not count; BLAS threads' spinning does). --amp O0,O2 measures each mode at each mixed-
 precision level (O2: float16 network, float32 master weights and loss, dynamic loss scale; modes
 get an `_amp_O2` suffix) and prints an O2 / O0 line per mode.
