@@ -16,13 +16,15 @@ Speed: median microseconds per step after warm-up (loop sink: per call / sink_si
 loss of step 100, with its difference from eager's. Also reported for the loop sink: kernels in
 the plan, kernels that call back into Python from the C loop (0: the loop never leaves C), and
 the tracemalloc peak of a whole steady-state call (an upper bound of the bytes a step allocates),
-and `kernel_us`: where a loop-sink step goes, each kernel of the plan with its microseconds per
-step (timed inside the C loop; `gemm` marks numpy's BLAS calls).
+and `kernel_us`: where a loop-sink step goes, each kernel of the plan with its median microseconds
+per step (timed in C; `gemm` marks numpy's BLAS calls).
 
 --peer also measures the floor in this process (benchmarks/_w6_floor.py): `numpy_step`, the step
 written by hand in numpy with in-place updates, and `gemm_floor`, its five matrix products alone,
-followed by a line with loop_sink / gemm_floor. Each of these lines also has `cpu_us_per_step`,
-the fastest block's process CPU time per step (on a shared machine, time other processes take
+both on the BLAS threads the compiled step's thread policy gives these products (`blas_threads`,
+`thread_policy`: mstrain.graph.native.blas_threads_for), `gemm_floor_all_threads` the products on
+all of numpy's BLAS threads, followed by a line with loop_sink / gemm_floor. Each of these lines
+also has `cpu_us_per_step`, the fastest block's process CPU time per step (on a shared machine, time other processes take
 from the run does not count; BLAS threads' spinning does). --amp O0,O2 measures each mode at each mixed-
 precision level (O2: float16 network, float32 master weights and loss, dynamic loss scale; modes
 get an `_amp_O2` suffix) and prints an O2 / O0 line per mode.
@@ -42,6 +44,7 @@ import _common  # noqa: E402
 import _w6_floor  # noqa: E402
 import mstrain as ms  # noqa: E402
 from mstrain import nn  # noqa: E402
+from mstrain.graph.native import SMALL_GEMM_WORK, blas_threads_for, numpy_blas_threads  # noqa: E402
 from mstrain.train.sink import GraphSinkRunner  # noqa: E402
 
 IN_FEATURES, HIDDEN, CLASSES, BATCH, POOL = 784, 128, 10, 32, 100
@@ -151,16 +154,19 @@ def _kernel_label(node, kernel):
 
 
 def kernel_breakdown(runner, steps=300):
-    """[(kernel, microseconds per step)] of the loop-sink plan, slowest first, timed in C."""
+    """[(kernel, microseconds per step)] of the loop-sink plan, slowest first, timed in C: each
+    kernel's median over `steps` steps (a mean would charge one kernel the times the process was
+    descheduled on a shared machine)."""
     executable = runner.compiled_calls()[0].executable
     program = executable.native()
     if program is None:
         return None
-    seconds = np.zeros(len(executable.plan), np.float64)
-    for _ in range(steps):
-        program.run(seconds)
-    order = np.argsort(-seconds)
-    return [[_kernel_label(executable.plan_nodes[i], executable.plan[i]), round(seconds[i] / steps * 1e6, 2)]
+    seconds = np.zeros((steps, len(executable.plan)), np.float64)
+    for step in range(steps):
+        program.run(seconds[step])
+    medians = np.median(seconds, axis=0)
+    order = np.argsort(-medians)
+    return [[_kernel_label(executable.plan_nodes[i], executable.plan[i]), round(medians[i] * 1e6, 2)]
             for i in order]
 
 
@@ -177,18 +183,41 @@ def _timed_steps(call, x, y, steps, sink_size):
     return results, times, min(cpu[1:] or cpu)
 
 
+def floor_threads():
+    """The BLAS threads the compiled step's policy gives the floor's products (the largest one's)."""
+    products = [(BATCH, HIDDEN, IN_FEATURES), (BATCH, CLASSES, HIDDEN), (HIDDEN, CLASSES, BATCH),
+                (BATCH, HIDDEN, CLASSES), (IN_FEATURES, HIDDEN, BATCH)]
+    return max(blas_threads_for(*product) for product in products)
+
+
 def floor_lines(x, y, init, args):
-    """The hand-written numpy step and its matrix products alone (us per step), same batches."""
+    """The hand-written numpy step and its matrix products alone (us per step), same batches, with
+    numpy's BLAS on the threads the compiled step's policy gives these products; the products are
+    also timed on all of numpy's BLAS threads (`gemm_floor_all_threads`)."""
     step = _w6_floor.NumpyStep(init, BATCH, CLASSES)
-    losses, times, cpu = _timed_steps(step, x, y, args.steps, args.sink_size)
-    _, gemm_times, gemm_cpu = _timed_steps(lambda bx, by: step.gemms(bx), x, y, args.steps, args.sink_size)
+    set_threads, get_threads = numpy_blas_threads()
+    default_threads = get_threads()
+    _, all_times, all_cpu = _timed_steps(lambda bx, by: step.gemms(bx), x, y, args.steps, args.sink_size)
+    threads = floor_threads()
+    set_threads(threads)
+    try:
+        losses, times, cpu = _timed_steps(step, x, y, args.steps, args.sink_size)
+        _, gemm_times, gemm_cpu = _timed_steps(lambda bx, by: step.gemms(bx), x, y, args.steps, args.sink_size)
+    finally:
+        set_threads(default_threads)
+    policy = dict(blas_threads=threads, thread_policy=f"compiled-step policy: products under "
+                  f"{int(SMALL_GEMM_WORK)} multiply-adds on 1 BLAS thread, larger on all {default_threads}")
     numpy_line = _common.record("W6", "tiny-mlp-sink", "numpy_step", "us_per_train_step",
                                 np.median(times[args.warmup:]) * 1e6, "loss_step_100", losses[QUALITY_STEP - 1],
-                                steps=args.steps, seed=args.seed, cpu_us_per_step=round(cpu * 1e6, 3))
+                                steps=args.steps, seed=args.seed, cpu_us_per_step=round(cpu * 1e6, 3), **policy)
     gemm_line = _common.record("W6", "tiny-mlp-sink", "gemm_floor", "us_per_train_step",
                                np.median(gemm_times[args.warmup:]) * 1e6, "loss_step_100", None, steps=args.steps,
-                               seed=args.seed, gemms_per_step=5, cpu_us_per_step=round(gemm_cpu * 1e6, 3))
-    return numpy_line, gemm_line
+                               seed=args.seed, gemms_per_step=5, cpu_us_per_step=round(gemm_cpu * 1e6, 3), **policy)
+    all_threads_line = _common.record("W6", "tiny-mlp-sink", "gemm_floor_all_threads", "us_per_train_step",
+                                      np.median(all_times[args.warmup:]) * 1e6, "loss_step_100", None,
+                                      steps=args.steps, seed=args.seed, gemms_per_step=5,
+                                      cpu_us_per_step=round(all_cpu * 1e6, 3), blas_threads=default_threads)
+    return numpy_line, gemm_line, all_threads_line
 
 
 def measure(mode, amp_level, x, y, init, args):
@@ -262,14 +291,17 @@ def main():
 
 
 def _floor_and_peer(results, x, y, init, args):
-    numpy_line, gemm_line = floor_lines(x, y, init, args)
+    numpy_line, gemm_line, all_threads_line = floor_lines(x, y, init, args)
     _common.emit(numpy_line)
     _common.emit(gemm_line)
+    _common.emit(all_threads_line)
     if ("loop_sink", "O0") in results:
         line = results[("loop_sink", "O0")]
         _common.emit({"workload": "W6", "name": "tiny-mlp-sink", "ratio_of": "loop_sink / gemm_floor",
                       "speed_metric": "us_per_train_step", "loop_sink": line["speed"], "gemm_floor": gemm_line["speed"],
                       "numpy_step": numpy_line["speed"], "speed_ratio": round(line["speed"] / gemm_line["speed"], 4),
+                      "floor_blas_threads": gemm_line["blas_threads"], "thread_policy": gemm_line["thread_policy"],
+                      "speed_ratio_vs_all_threads_floor": round(line["speed"] / all_threads_line["speed"], 4),
                       "cpu_ratio": round(line["cpu_us_per_step"] / gemm_line["cpu_us_per_step"], 4),
                       "cpu_ratio_vs_numpy_step": round(line["cpu_us_per_step"] / numpy_line["cpu_us_per_step"], 4)})
     peer = _common.run_peer("tiny_mlp_sink_torch.py", ["--seed", str(args.seed)])[0]

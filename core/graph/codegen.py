@@ -26,6 +26,7 @@ CTYPES = {"float16": "uint16_t", "float32": "float", "float64": "double", "int8"
           "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t", "bool": "bool"}
 SUPPORTED = {np.dtype(name) for name in CTYPES}
 _STASH_MAX = 16384  # longest row (elements) whose costly values are kept on the stack for reuse
+_HALF_CHUNK = 256  # elements per chunk of a loop over contiguous float16 (float buffers on the stack)
 _PARALLEL_MIN = 1 << 20  # elements below which one thread wins (and BLAS threads are left alone)
 
 PRELUDE = r"""#include <cmath>
@@ -79,9 +80,58 @@ static inline uint16_t ms_f2h(float value) {
   const uint32_t h = a >= 0x47800000u ? big : (a < 0x38800000u ? subnormal : normal);
   return static_cast<uint16_t>(h | (sign >> 16));
 }
-static inline float ms_round_half(float value) { return ms_h2f(ms_f2h(value)); }
+/* value rounded to float16 and back, in float arithmetic only (it vectorises into a few
+   instructions): adding c = 2^(e + 13), e the exponent of |value| (at least float16's -14), leaves
+   exactly float16's 11 significant bits, rounded to nearest even by the float addition itself;
+   subtracting c is exact. From 65520 on the result overflows to inf, as numpy's conversion does. */
+static inline float ms_round_half(float value) {
+  const uint32_t u = ms_float_bits(value);
+  const uint32_t sign = u & 0x80000000u;
+  const uint32_t a = u ^ sign;
+  const uint32_t e = (a & 0x7f800000u) < 0x38800000u ? 0x38800000u : (a & 0x7f800000u);
+  const float c = ms_bits_float(e < 0x47800000u ? e + (13u << 23) : 0x47800000u);
+  const uint32_t r = ms_float_bits((ms_bits_float(a) + c) - c);
+  const uint32_t big = a > 0x7f800000u ? (a | 0x00400000u) : 0x7f800000u;  /* quiet nan, or inf */
+  return ms_bits_float((a >= 0x477ff000u ? big : r) | sign);
+}
 """
+# Whole runs of conversions (contiguous float16 loads and stores of generated kernels, the float16
+# products' operands): the CPU's own conversion instructions where the compiler targets them (F16C,
+# AVX-512), which round to nearest even as numpy does; the bit arithmetic above elsewhere.
+HALF_ARRAY_HELPERS = r"""#if defined(__F16C__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+static inline void ms_h2f_n(const uint16_t* x, float* y, int64_t n) {
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  for (; j + 16 <= n; j += 16)
+    _mm512_storeu_ps(y + j, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j))));
+#elif defined(__F16C__)
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(y + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + j))));
+#endif
+  for (; j < n; ++j) y[j] = ms_h2f(x[j]);
+}
+static inline void ms_f2h_n(const float* x, uint16_t* y, int64_t n) {
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  for (; j + 16 <= n; j += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + j),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif defined(__F16C__)
+  for (; j + 8 <= n; j += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + j),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+  for (; j < n; ++j) y[j] = ms_f2h(x[j]);
+}
+"""
+HALF_HELPERS += HALF_ARRAY_HELPERS
 PRELUDE += HALF_HELPERS
+
+
+def _is_half(dtype):
+    return dtype is not None and np.dtype(dtype) == np.float16
 
 
 def load_value(dtype, text):
@@ -253,6 +303,8 @@ class KernelSource:
         cls = self.inner[k]
         if not in_loop or cls == 0:
             index = "0"
+        elif cls == 1 and _is_half(node.dtype):
+            return f"hb{k}[jj]"  # converted a chunk at a time (see _loop)
         else:
             index = "j" if cls == 1 else f"j * s{k}"
         return load_value(node.dtype, f"a{k}[{index}]")
@@ -289,8 +341,28 @@ class KernelSource:
                 body.append(f"{self.stash[id(m)]}[j] = {var};")
                 stored.append(id(m))
         self.stashed.update(stored)
-        return [pragma, f"for (int64_t j = 0; j < {self._inner_size()}; ++j) {{"] + \
-            ["  " + line for line in body + tail] + ["}"]
+        lines = body + tail
+        text = "\n".join(lines)
+        halves_in = [k for k in range(len(self.group.pointer_inputs)) if f"hb{k}[jj]" in text]
+        halves_out = [k for k in range(len(self.group.stores)) if f"ob{k}[jj]" in text]
+        if not halves_in and not halves_out:
+            return [pragma, f"for (int64_t j = 0; j < {self._inner_size()}; ++j) {{"] + \
+                ["  " + line for line in lines] + ["}"]
+        return self._chunked_loop(lines, pragma, halves_in, halves_out)
+
+    def _chunked_loop(self, lines, pragma, halves_in, halves_out):
+        """The loop in chunks: contiguous float16 inputs converted to float buffers before it and
+        float16 outputs converted from float buffers after it, by the CPU's conversion
+        instructions (ms_h2f_n, ms_f2h_n); the loop itself then only computes in float."""
+        size = self._inner_size()
+        head = [f"for (int64_t j0 = 0; j0 < {size}; j0 += {_HALF_CHUNK}) {{",
+                f"  const int64_t J = std::min<int64_t>({_HALF_CHUNK}, {size} - j0);"]
+        head += [f"  float hb{k}[{_HALF_CHUNK}]; ms_h2f_n(a{k} + j0, hb{k}, J);" for k in halves_in]
+        head += [f"  float ob{k}[{_HALF_CHUNK}];" for k in halves_out]
+        inner = ["  " + pragma, "  for (int64_t jj = 0; jj < J; ++jj) {", "    const int64_t j = j0 + jj; (void)j;"]
+        inner += ["    " + line for line in lines] + ["  }"]
+        tail = [f"  ms_f2h_n(ob{k}, y{k} + j0, J);" for k in halves_out]
+        return head + inner + tail + ["}"]
 
     def _plan_stash(self, loops):
         """Costly values (a transcendental call) needed by several loops of a row: keep a row of them."""
@@ -339,6 +411,9 @@ class KernelSource:
         for k, (member, dtype) in enumerate(self.group.stores):
             if self.group.is_row_value(member) == row_values:
                 cls = self.inner[n_in + k]
+                if not row_values and cls == 1 and _is_half(dtype):  # converted a chunk at a time
+                    stores.append(f"ob{k}[jj] = static_cast<float>({self.var[id(member)]});")
+                    continue
                 index = "0" if row_values or cls == 0 else ("j" if cls == 1 else f"j * t{k}")
                 stores.append(f"y{k}[{index}] = {store_value(dtype, self.var[id(member)])};")
         return stores
@@ -389,7 +464,10 @@ class KernelSource:
         if d == 1 and not self.group.reduce:
             # two copies of the loop: an OpenMP `if` clause would also de-vectorise the serial path
             loop = self._body()
-            parallel = ["#pragma omp parallel for simd schedule(static)"] + loop[1:]
+            if loop[0].startswith("#pragma"):
+                parallel = ["#pragma omp parallel for simd schedule(static)"] + loop[1:]
+            else:  # chunks of float16 conversions: the chunks are shared out
+                parallel = ["#pragma omp parallel for schedule(static)"] + loop
             body = self._pointers(lambda k: "") + [f"if (L > {_PARALLEL_MIN}) {{"] + \
                 ["  " + x for x in parallel] + ["} else {"] + ["  " + x for x in loop] + ["}"]
             lines = head + ["  " + x for x in body] + ["}"]

@@ -229,7 +229,13 @@ class Executable:
             if kernel is not None:
                 return kernel
         self.copied_bytes += sum(o.nbytes for o in outs if isinstance(o, np.ndarray))
-        return lowering.impl_kernel(node, ins, outs)
+        kernel = lowering.impl_kernel(node, ins, outs)
+        if node.prim.name == "assign" and _native_enabled():  # a lone state write: a copy in C
+            from .native import copy_steps
+            native = copy_steps(ins[1], ins[0])
+            if native is not None:
+                kernel.native = native
+        return kernel
 
     def _outputs_by_index(self, node, arrays):
         """The planned buffer of each output of a several-output node, None where it is unused."""

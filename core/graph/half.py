@@ -8,9 +8,11 @@ numpy's float16 matmul does (its sum only runs in another order), and eager runs
 float32 product (`mstrain.ops.math`), so compiled and eager results are equal.
 
 The scratch buffers are allocated once when the graph is bound. In the C step runner the four
-pieces are C calls (two conversions, numpy's sgemm, one conversion back); from Python the same
-work is numpy copies and a float32 matmul into the same buffers. The conversions are exact (round
-to nearest even) and branch-free (see codegen.HALF_HELPERS), with numpy's results bit for bit.
+pieces are C calls (two conversions, numpy's sgemm, one conversion back; the sgemm in the faster
+layout of `gemm_layout` for a few rows times a transposed weight); from Python the same work is numpy
+copies and a float32 matmul into the same buffers. The conversions are exact (round to nearest even),
+with numpy's results bit for bit: the CPU's F16C / AVX-512 instructions where the compiler targets
+them, branch-free bit arithmetic elsewhere (see codegen.HALF_HELPERS).
 """
 import ctypes
 import numpy as np
@@ -23,10 +25,7 @@ _SOURCE = r"""#include <cstdint>
 """ + HALF_HELPERS + r"""
 /* p = {float16 source, float destination}; n = {count} */
 extern "C" void ms_half_to_float(void** p, const int64_t* n) {
-  const uint16_t* x = static_cast<const uint16_t*>(p[0]);
-  float* y = static_cast<float*>(p[1]);
-  #pragma omp simd
-  for (int64_t j = 0; j < n[0]; ++j) y[j] = ms_h2f(x[j]);
+  ms_h2f_n(static_cast<const uint16_t*>(p[0]), static_cast<float*>(p[1]), n[0]);
 }
 
 /* p = {float source, float16 destination}; n = {count} */
@@ -45,10 +44,7 @@ extern "C" void ms_half_sum_rows(void** p, const int64_t* n) {
 }
 
 extern "C" void ms_float_to_half(void** p, const int64_t* n) {
-  const float* x = static_cast<const float*>(p[0]);
-  uint16_t* y = static_cast<uint16_t*>(p[1]);
-  #pragma omp simd
-  for (int64_t j = 0; j < n[0]; ++j) y[j] = ms_f2h(x[j]);
+  ms_f2h_n(static_cast<const float*>(p[0]), static_cast<uint16_t*>(p[1]), n[0]);
 }
 """
 
@@ -102,13 +98,19 @@ class HalfGemm:
         if library is None or native._Runtime.gemm is None or functions is None or \
                 any(flat is None for flat in (self.a_flat, self.b_flat, self.c_flat)):
             return None
-        params = native.gemm_params(self.a32, self.b32, self.c32)
-        if params is None:
-            return None
+        from .gemm_layout import swapped_steps
+        swapped = swapped_steps(self.a32, self.b32, self.c32)  # the float32 product's faster layout
+        if swapped is not None:
+            product, self.swap_scratch = swapped
+        else:
+            params = native.gemm_params(self.a32, self.b32, self.c32)
+            if params is None:
+                return None
+            product = [self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params)]
         half_to_float, float_to_half, _ = functions
         steps = [self._call(half_to_float, [self.a.ctypes.data, self.a_flat.ctypes.data], [self.a_flat.size]),
                  self._call(half_to_float, [self.b.ctypes.data, self.b_flat.ctypes.data], [self.b_flat.size]),
-                 self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params),
+                 *product,
                  self._call(float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data], [self.c_flat.size])]
         return ("steps", steps)
 

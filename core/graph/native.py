@@ -6,6 +6,8 @@ the same cblas_?gemm call numpy's matmul makes, so the numbers are numpy's); any
 (a numpy ufunc, a primitive's impl) is wrapped as a ctypes callback into Python. `ms_loop` then
 runs `steps` steps in C: copy the step's inputs into the graph's input buffers, run every
 instruction, read the loss. A plan of only native kernels never enters Python during the loop.
+Inside a program each product gets its BLAS thread count from `blas_threads_for` (small products
+run on one thread); the count numpy had is restored when the program returns.
 """
 import ctypes
 import glob
@@ -22,8 +24,50 @@ _RUNTIME = r"""#include <cstdint>
 typedef void (*kernel_t)(void**, const int64_t*);
 struct Instr { kernel_t fn; void** p; const int64_t* n; };
 
-extern "C" void ms_run(const Instr* prog, int64_t count) {
+/* numpy's OpenBLAS thread count, set per product (ms_gemm): see blas_threads_for in native.py */
+typedef void (*set_threads_t)(int);
+typedef int (*get_threads_t)(void);
+static set_threads_t g_set_threads = nullptr;
+static get_threads_t g_get_threads = nullptr;
+static double g_small_gemm_work = 0.0;
+static int g_entry_threads = 0;  /* the count a program found when it started (0: not inside one) */
+
+extern "C" void ms_set_blas_threads(void* setter, void* getter, double small_gemm_work) {
+  g_set_threads = reinterpret_cast<set_threads_t>(setter);
+  g_get_threads = reinterpret_cast<get_threads_t>(getter);
+  g_small_gemm_work = small_gemm_work;
+}
+
+/* one thread for a product below the work threshold, else the count the program started with */
+static void blas_threads_for(double work) {
+  if (!g_set_threads || !g_entry_threads) return;
+  const int wanted = work < g_small_gemm_work ? 1 : g_entry_threads;
+  if (g_get_threads() != wanted) g_set_threads(wanted);
+}
+
+/* before a kernel that calls back into Python: numpy's own products there get the count the
+   program started with, not the one thread the last small product left */
+extern "C" void ms_blas_entry_threads(void**, const int64_t*) {
+  if (g_entry_threads && g_get_threads() != g_entry_threads) g_set_threads(g_entry_threads);
+}
+
+static void enter_program() {
+  if (g_get_threads && !g_entry_threads) g_entry_threads = g_get_threads();
+}
+
+static void leave_program() {
+  if (g_entry_threads && g_get_threads() != g_entry_threads) g_set_threads(g_entry_threads);
+  g_entry_threads = 0;
+}
+
+static void run_program(const Instr* prog, int64_t count) {
   for (int64_t i = 0; i < count; ++i) prog[i].fn(prog[i].p, prog[i].n);
+}
+
+extern "C" void ms_run(const Instr* prog, int64_t count) {
+  enter_program();
+  run_program(prog, count);
+  leave_program();
 }
 
 static double now() {
@@ -36,14 +80,16 @@ static double now() {
 extern "C" void ms_loop(const Instr* prog, int64_t count, int64_t steps, int64_t n_inputs,
                         void* const* dst, const int64_t* nbytes, void* const* src,
                         const void* loss, int64_t loss_is_double, double* losses, double* seconds) {
+  enter_program();
   for (int64_t s = 0; s < steps; ++s) {
     const double start = seconds ? now() : 0.0;
     for (int64_t k = 0; k < n_inputs; ++k) std::memcpy(dst[k], src[s * n_inputs + k], nbytes[k]);
-    ms_run(prog, count);
+    run_program(prog, count);
     if (losses) losses[s] = loss_is_double ? *static_cast<const double*>(loss)
                                            : static_cast<double>(*static_cast<const float*>(loss));
     if (seconds) seconds[s] = now() - start;
   }
+  leave_program();
 }
 
 /* p = {x, out}; n = {is_double, rows, cols}: out[j] = x[0][j] + x[1][j] + ... in row order, as
@@ -61,6 +107,9 @@ extern "C" void ms_sum_rows(void** p, const int64_t* n) {
   else sum_rows(static_cast<const float*>(p[0]), static_cast<float*>(p[1]), n[1], n[2]);
 }
 
+/* p = {source, destination}; n = {bytes}: an in-place write of a whole array (assign) */
+extern "C" void ms_copy_bytes(void** p, const int64_t* n) { std::memcpy(p[1], p[0], n[0]); }
+
 /* summary operators: p = {value, ring, counter}, n = {value bytes, ring capacity}; ring[counter++] = value */
 extern "C" void ms_summary_copy(void** p, const int64_t* n) {
   int64_t* counter = static_cast<int64_t*>(p[2]);
@@ -71,6 +120,7 @@ extern "C" void ms_summary_copy(void** p, const int64_t* n) {
 
 /* one step with each instruction timed: kernel_seconds[i] += its wall time */
 extern "C" void ms_run_timed(const Instr* prog, int64_t count, double* kernel_seconds) {
+  enter_program();
   double mark = now();
   for (int64_t i = 0; i < count; ++i) {
     prog[i].fn(prog[i].p, prog[i].n);
@@ -78,6 +128,7 @@ extern "C" void ms_run_timed(const Instr* prog, int64_t count, double* kernel_se
     kernel_seconds[i] += after - mark;
     mark = after;
   }
+  leave_program();
 }
 
 /* ms_loop with each instruction timed: kernel_seconds[i] accumulates instruction i over all steps */
@@ -85,6 +136,7 @@ extern "C" void ms_loop_timed(const Instr* prog, int64_t count, int64_t steps, i
                               void* const* dst, const int64_t* nbytes, void* const* src,
                               const void* loss, int64_t loss_is_double, double* losses, double* seconds,
                               double* kernel_seconds) {
+  enter_program();
   for (int64_t s = 0; s < steps; ++s) {
     const double start = now();
     for (int64_t k = 0; k < n_inputs; ++k) std::memcpy(dst[k], src[s * n_inputs + k], nbytes[k]);
@@ -99,6 +151,7 @@ extern "C" void ms_loop_timed(const Instr* prog, int64_t count, int64_t steps, i
                                            : static_cast<double>(*static_cast<const float*>(loss));
     if (seconds) seconds[s] = now() - start;
   }
+  leave_program();
 }
 
 /* numpy's BLAS: cblas_?gemm with 64-bit integers (ILP64, numpy's default build) or 32-bit ones. */
@@ -122,6 +175,7 @@ extern "C" void ms_set_blas(void* sgemm, void* dgemm, int64_t ilp64) {
                        batch0, batch1, sA0, sA1, sB0, sB1, sC0, sC1}  (batch strides in elements) */
 extern "C" void ms_gemm(void** p, const int64_t* n) {
   const int ta = n[1] ? 112 : 111, tb = n[2] ? 112 : 111;
+  blas_threads_for(static_cast<double>(n[3]) * n[4] * n[5] * n[9] * n[10]);
   for (int64_t b0 = 0; b0 < n[9]; ++b0) {
     for (int64_t b1 = 0; b1 < n[10]; ++b1) {
       const int64_t oa = b0 * n[11] + b1 * n[12], ob = b0 * n[13] + b1 * n[14], oc = b0 * n[15] + b1 * n[16];
@@ -174,6 +228,48 @@ def _numpy_blas():
     return None
 
 
+# Multiply-adds of one call (M * N * K times its batch) below which a product runs on one BLAS
+# thread. OpenBLAS splits products from a quarter million multiply-adds on, and after each split
+# product its workers spin for about 0.1 s waiting for the next; on a small machine they then take
+# the core from the single-threaded kernels that follow (W6: the momentum update of a 128 x 784
+# weight ran 3.5 times slower right after a two-thread product). Below this size the product's own
+# gain from a second thread is smaller than that loss; larger products keep every thread.
+SMALL_GEMM_WORK = float(1 << 23)
+
+
+def blas_threads_for(m, n, k, batch=1, threads=None):
+    """The BLAS threads a compiled step gives the product (m x k) @ (k x n), `batch` times:
+    one below SMALL_GEMM_WORK multiply-adds, else `threads` (default: numpy's BLAS count now)."""
+    if float(m) * n * k * batch < SMALL_GEMM_WORK:
+        return 1
+    if threads is None:
+        threads = numpy_blas_threads()[1]()
+    return threads
+
+
+def _numpy_blas_thread_functions():
+    """Addresses of numpy's OpenBLAS (set_num_threads, get_num_threads), or None."""
+    folder = os.path.dirname(np.__file__) + ".libs"
+    for path in glob.glob(os.path.join(folder, "*openblas*")):
+        library = ctypes.CDLL(path)
+        for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", "64_"), ("openblas", "")):
+            setter, getter = f"{prefix}_set_num_threads{suffix}", f"{prefix}_get_num_threads{suffix}"
+            if hasattr(library, setter) and hasattr(library, getter):
+                return tuple(ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in (setter, getter))
+    return None
+
+
+def numpy_blas_threads():
+    """(set_num_threads, get_num_threads) of numpy's OpenBLAS as Python callables; no-ops
+    (get answers 1) when numpy's BLAS is another library."""
+    addresses = _numpy_blas_thread_functions()
+    if addresses is None:
+        return (lambda count: None), (lambda: 1)
+    setter = ctypes.CFUNCTYPE(None, ctypes.c_int)(addresses[0])
+    getter = ctypes.CFUNCTYPE(ctypes.c_int)(addresses[1])
+    return setter, getter
+
+
 def runtime():
     """The runtime library (built and loaded once), or None without a working C++ compiler."""
     if _Runtime.library is None and _build.compiler_available() and not _Runtime.failed:
@@ -194,9 +290,26 @@ def runtime():
         if blas is not None:
             library.ms_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]), ctypes.c_int64(blas[2]))
             _Runtime.gemm = ctypes.cast(library.ms_gemm, ctypes.c_void_p).value
+        threads = _numpy_blas_thread_functions()
+        if threads is not None:
+            library.ms_set_blas_threads(ctypes.c_void_p(threads[0]), ctypes.c_void_p(threads[1]),
+                                        ctypes.c_double(SMALL_GEMM_WORK))
         _Runtime.sum_rows = ctypes.cast(library.ms_sum_rows, ctypes.c_void_p).value
         _Runtime.library = library
     return _Runtime.library
+
+
+def copy_steps(source, target):
+    """The C call writing `source` over `target` (same dtype and shape, both C-contiguous, not
+    overlapping), as the kernel's `native` steps, or None."""
+    library = runtime()
+    if library is None or not all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in (source, target)):
+        return None
+    if source.dtype != target.dtype or source.shape != target.shape or np.may_share_memory(source, target):
+        return None
+    pointers = (ctypes.c_void_p * 2)(source.ctypes.data, target.ctypes.data)
+    values = (ctypes.c_int64 * 1)(source.nbytes)
+    return ("steps", [(library.ms_copy_bytes, pointers, values)])
 
 
 def sum_rows_params(x, out):
@@ -275,6 +388,8 @@ class NativeProgram:
     def __init__(self, plan):
         library = runtime()
         self._keep = []
+        self._restore_threads = ctypes.cast(library.ms_blas_entry_threads, ctypes.c_void_p).value \
+            if _Runtime.gemm is not None else None
         instrs = []
         self.python_calls = 0
         # kernels that keep values for the host (summary operators): told the step count before a
@@ -287,7 +402,11 @@ class NativeProgram:
                 instrs += [self._c_call(*step) for step in native[1]]
                 kernel_of_instr += [index] * len(native[1])
                 continue
-            instrs.append(self._instr(kernel))
+            instr = self._instr(kernel)
+            if instr.p is None and self._restore_threads is not None:  # a call back into Python
+                instrs.append(_Instr(self._restore_threads, None, None))
+                kernel_of_instr.append(index)
+            instrs.append(instr)
             kernel_of_instr.append(index)
         self._kernel_of_instr = np.asarray(kernel_of_instr, np.intp)
         self.count = len(instrs)

@@ -115,10 +115,14 @@ def _any_overflow(grads):
 
     g * 0 is 0 where g is finite and nan where it is inf or nan, so its sum is nan exactly when an
     entry is bad; unlike a plain sum it cannot overflow on large finite values, and the mul + sum
-    fuse into one reduction in a compiled step (no mask array per gradient)."""
+    fuse into one reduction in a compiled step (no mask array per gradient). A matrix is summed
+    along its rows first: that row reduction fuses into the kernel that produced the gradient (its
+    unscaling), so no separate pass reads the whole gradient again."""
     overflow = None
     for g in grads:
-        bad = F.logical_not(F.isfinite(F.sum(F.mul(g, 0.0))))
+        zeros = F.mul(g, 0.0)
+        partial = F.sum(zeros, -1) if len(g.shape) >= 2 else zeros
+        bad = F.logical_not(F.isfinite(F.sum(partial)))
         overflow = bad if overflow is None else F.logical_or(overflow, bad)
     return Tensor(np.array(False)) if overflow is None else overflow
 

@@ -44,7 +44,10 @@ def test_elementwise_chain_with_broadcasting(trace_graph, dtype, shape):
     b = _rand(shape[-1:], dtype, seed=1)           # broadcast along leading dims
     c = _rand(shape[:-1] + (1,), dtype, seed=2)    # broadcast along the last dim
     graph = check_fused(trace_graph, f, [a, b, c], dtype=dtype)
-    assert graph.count(op="fused") == 1
+    # the chain is one kernel; square(c), on c's own smaller shape, is a lone op: a kernel of its
+    # own in float16 (numpy's float16 loop would be a call back into Python), numpy's out= otherwise
+    lone_square = 1 if dtype == np.float16 and c.shape != a.shape else 0
+    assert graph.count(op="fused") == 1 + lone_square
 
 
 def test_strided_inputs_scalars_and_comparisons(trace_graph):
@@ -166,3 +169,19 @@ def test_sum_over_leading_axis_is_bit_exact_with_numpy(trace_graph):
     graph = trace_graph(lambda a: ops.sum(a, 0), g)
     _, run = compile_graph(graph, fusion=True)
     np.testing.assert_array_equal(run.run([g])[0], np.sum(g, 0))
+
+
+@pytest.mark.parametrize("shape", [(3, 1000), ((1 << 20) + 37,)])
+def test_float16_chunks_of_converted_loads_and_stores_are_numpys_bits(trace_graph, shape):
+    """Contiguous float16 rows convert a chunk at a time (odd tails, the parallel 1-d path); every op
+    rounds to float16 as numpy's float16 loops do, so arithmetic without transcendentals is exact."""
+    def f(a, b):
+        return ops.maximum(a * b + 0.5, a - b) * b
+    a = _rand(shape, np.float16)
+    b = _rand(shape[-1:], np.float16, seed=1)
+    graph = trace_graph(f, a, b)
+    _, fused_run = compile_graph(graph, fusion=True)
+    _, plain_run = compile_graph(graph, fusion=False)
+    (got,), (want,) = fused_run.run([a, b]), plain_run.run([a, b])
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))

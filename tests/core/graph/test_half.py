@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from mstrain import ops
+from mstrain.graph import build as _build
 from mstrain.graph import compile_graph
+from mstrain.graph.codegen import HALF_HELPERS
 from mstrain.graph.half import HalfGemm, attach_half_sum_rows, converters, half_gemm
 from mstrain.graph.native import NativeProgram
 from mstrain.ops.math import numpy_matmul
@@ -47,6 +49,38 @@ def test_conversions_are_numpys_bit_for_bit():
     finite = ~np.isnan(reference)
     np.testing.assert_array_equal(halves[finite], reference.view(np.uint16)[finite])
     assert np.isnan(halves.view(np.float16)[~finite]).all()
+
+
+_ROUND_SOURCE = """#include <cstdint>
+#include <cstring>
+""" + HALF_HELPERS + """
+extern "C" void round_all(void** p, const int64_t* n) {
+  const float* x = static_cast<const float*>(p[0]);
+  float* y = static_cast<float*>(p[1]);
+  #pragma omp simd
+  for (int64_t j = 0; j < n[0]; ++j) y[j] = ms_round_half(x[j]);
+}
+"""
+
+
+def test_rounding_to_float16_in_float_arithmetic_is_numpys_round_trip():
+    rng = np.random.default_rng(1)
+    every_half = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+    ulp = np.float32(2.0) ** (np.floor(np.log2(np.abs(every_half[np.isfinite(every_half) & (every_half != 0)]))) - 10)
+    base = every_half[np.isfinite(every_half) & (every_half != 0)]
+    floats = np.concatenate([
+        rng.integers(0, 2 ** 32, 300_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+        rng.standard_normal(100_000).astype(np.float32) * 1e-5,      # subnormal halves
+        rng.standard_normal(100_000).astype(np.float32) * 7e4,       # overflow to inf
+        base + ulp / 2, base - ulp / 2,                               # ties: to even
+        np.float32([65504, 65519.99, 65520, 2.98e-8, 2.9802322e-08, 1e-45, -0.0, np.inf, -np.inf, np.nan])])
+    got = np.zeros_like(floats)
+    _call(_build.load(_ROUND_SOURCE, "round_all"), floats, got, params=[floats.size])
+    with np.errstate(all="ignore"):
+        want = floats.astype(np.float16).astype(np.float32)
+    finite = ~np.isnan(want)
+    np.testing.assert_array_equal(got[finite].view(np.uint32), want[finite].view(np.uint32))
+    assert np.isnan(got[~finite]).all()
 
 
 @pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, False), (False, True)])

@@ -7,7 +7,8 @@ import pytest
 import mstrain as ms
 from mstrain import nn
 from mstrain.graph import compile_graph
-from mstrain.graph.native import NativeProgram, gemm_params, runtime
+from mstrain.graph.native import (SMALL_GEMM_WORK, NativeProgram, _numpy_blas_thread_functions, blas_threads_for,
+                                  gemm_params, numpy_blas_threads, runtime)
 from mstrain.train.sink import GraphSinkRunner
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
@@ -76,6 +77,18 @@ def test_loop_in_c_equals_one_step_at_a_time():
     assert np.isfinite(one_by_one.step_seconds).all()
 
 
+def _numpy_on_policy_threads(product, m, n, k):
+    """numpy's result of `product()` on the BLAS threads a compiled step gives an m x n x k product
+    (OpenBLAS's one-thread and two-thread kernels round differently)."""
+    set_threads, get_threads = numpy_blas_threads()
+    before = get_threads()
+    set_threads(blas_threads_for(m, n, k))
+    try:
+        return product()
+    finally:
+        set_threads(before)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_few_rows_times_a_transposed_weight_swaps_layout_with_numpys_bits(dtype):
     from mstrain.graph.gemm_layout import swapped_steps
@@ -92,6 +105,65 @@ def test_a_few_rows_times_a_transposed_weight_swaps_layout_with_numpys_bits(dtyp
         def __call__(self):
             raise AssertionError("runs in C")
     NativeProgram([Kernel()]).run()
-    np.testing.assert_array_equal(out, x @ weight.T)
+    np.testing.assert_array_equal(out, _numpy_on_policy_threads(lambda: x @ weight.T, 32, 128, 784))
     assert swapped_steps(weight.T.copy(), x.T.copy(), np.zeros((784, 784), dtype)) is None   # many rows
     assert swapped_steps(x, weight.T.copy(), out) is None                                   # b not transposed
+
+
+def _gemm_kernel(a, b, out):
+    class Kernel:
+        native = ("gemm", (a, b, out), gemm_params(a, b, out))
+    return Kernel()
+
+
+_PROBE = """#include <cstdint>
+extern "C" void probe(void** p, const int64_t* n) {
+  static_cast<int64_t*>(p[1])[n[0]] = reinterpret_cast<int (*)()>(p[0])();
+}
+"""
+
+
+def _thread_probe(getter, seen, slot):
+    """A C kernel writing numpy's BLAS thread count into seen[slot] (as a kernel between two others)."""
+    import ctypes
+    from mstrain.graph import build
+    function = build.load(_PROBE, "probe")
+    pointers = (ctypes.c_void_p * 2)(getter, seen.ctypes.data)
+    values = (ctypes.c_int64 * 1)(slot)
+
+    class Kernel:
+        native = ("kernel", function, pointers, values)
+    return Kernel()
+
+
+@pytest.mark.parametrize("entry_threads", [2, 1])
+def test_small_products_run_on_one_blas_thread_and_numpys_count_comes_back(entry_threads):
+    set_threads, get_threads = numpy_blas_threads()
+    addresses = _numpy_blas_thread_functions()
+    if addresses is None:
+        pytest.skip("numpy's BLAS is not OpenBLAS")
+    runtime()
+    rng = np.random.default_rng(0)
+    small = [rng.standard_normal(s).astype(np.float32) for s in ((32, 784), (784, 128))]
+    side = int(round(SMALL_GEMM_WORK ** (1 / 3))) + 2
+    large = [rng.standard_normal((side, side)).astype(np.float32) for _ in range(2)]
+    outs = [np.empty((32, 128), np.float32), np.empty((side, side), np.float32)]
+    in_c = np.zeros(2, np.int64)
+    in_python = []
+
+    def observe():
+        in_python.append(get_threads())
+    plan = [_gemm_kernel(*small, outs[0]), _thread_probe(addresses[1], in_c, 0), observe,
+            _gemm_kernel(*large, outs[1]), _thread_probe(addresses[1], in_c, 1)]
+    assert blas_threads_for(32, 128, 784) == 1 and blas_threads_for(side, side, side, threads=3) == 3
+    before = get_threads()
+    try:
+        set_threads(entry_threads)
+        NativeProgram(plan).run()
+        assert in_c.tolist() == [1, entry_threads]   # the large product keeps the count the step started with
+        assert in_python == [entry_threads]           # Python's own numpy calls get it back too
+        assert get_threads() == entry_threads
+    finally:
+        set_threads(before)
+    np.testing.assert_array_equal(outs[0], _numpy_on_policy_threads(lambda: small[0] @ small[1], 32, 128, 784))
+    np.testing.assert_allclose(outs[1], large[0] @ large[1], rtol=1e-5, atol=1e-3)
