@@ -88,10 +88,11 @@ class CachedEmbeddingLookup(nn.Cell):
     """An embedding of `vocab_size` rows of which at most `vocab_cache_size` are in the Parameter
     the step trains (see the module doc). ids -> ids.shape + (embedding_size,); ids outside
     [0, vocab_size) give zero rows. `param_init`: an initializer (name or object, drawn chunk by
-    chunk) or a (vocab_size, embedding_size) array."""
+    chunk) or a (vocab_size, embedding_size) array; `fill(start, stop) -> rows`, when given,
+    makes the initial rows instead (called chunk by chunk in row order)."""
 
     def __init__(self, vocab_size, embedding_size, vocab_cache_size, param_init="normal", cache_policy="lru",
-                 disk_dir=None):
+                 disk_dir=None, fill=None):
         super().__init__()
         if not 1 <= int(vocab_cache_size) <= int(vocab_size):
             raise ConfigError(f"vocab_cache_size must be in [1, vocab_size={vocab_size}], got {vocab_cache_size}",
@@ -101,7 +102,7 @@ class CachedEmbeddingLookup(nn.Cell):
         self.vocab_size, self.embedding_size = int(vocab_size), int(embedding_size)
         self.capacity, self.cache_policy = int(vocab_cache_size), cache_policy
         self.store = RowStore(self.vocab_size, self.embedding_size, disk_dir)
-        self.store.create("values", _initial_rows(param_init, self.embedding_size))
+        self.store.create("values", fill or _initial_rows(param_init, self.embedding_size))
         # every array below is zero-filled (calloc): pages become resident only once written
         self.embedding_table = Parameter(Tensor(np.zeros((self.capacity, self.embedding_size), np.float32)),
                                          name="embedding_table")
@@ -129,6 +130,8 @@ class CachedEmbeddingLookup(nn.Cell):
         suffix = "." + self.embedding_table.name
         for name, param in optimizer.parameters_and_names():
             if param is self.embedding_table or not param.name.endswith(suffix):
+                continue
+            if any(param is attached for attached, _ in self._states):
                 continue
             if tuple(param.shape) != tuple(self.embedding_table.shape):
                 continue
@@ -335,6 +338,22 @@ class CachedEmbeddingLookup(nn.Cell):
         return sum(a.nbytes for a in arrays)
 
     # -- the whole table ------------------------------------------------------------------------
+    def row_tables(self):
+        """[(Parameter of the cache, its store table)]: the values, then each attached optimizer state."""
+        return [(param, self.store.tables[name]) for param, name in self._pairs()]
+
+    def drop_cached_rows(self):
+        """Forget every cached row without writing it back (after the store was overwritten,
+        e.g. by a checkpoint load): the next steps read their rows from the store."""
+        self._finish_background()
+        self._staged = None
+        self._upcoming.clear()
+        if self.filled:
+            self._slot_plus_one[self.row_of_slot[:self.filled]] = 0
+        self.filled = 0
+        self.last_use[:] = 0
+        self.use_count[:] = 0
+
     def flush(self):
         """Write every cached row (value and state) back to the store."""
         self._finish_background()

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import mstrain as ms
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "sharded_train.py"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -51,6 +53,47 @@ def test_sharded_training_equals_one_whole_table(tmp_path, whole, ranks):
     np.testing.assert_allclose(got["table"], whole["table"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(got["head"], whole["head"], rtol=0, atol=1e-6)
     np.testing.assert_array_equal(got["bytes"], _analytic_bytes(ranks))
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_sharded_tables_behind_a_cache_and_disk_equal_one_whole_table(tmp_path, whole, ranks):
+    """All four levels at once: each rank's shard in files, 48 rows of it hot (one batch's ids)."""
+    options = ["--cache", "48", "--disk", str(tmp_path / "store")]
+    if ranks == 1:
+        _run([sys.executable, str(SCRIPT), str(tmp_path), *options])
+    else:
+        if not MPIEXEC.exists():
+            pytest.skip("mpiexec is not installed")
+        _run([str(MPIEXEC), "-n", str(ranks), sys.executable, str(SCRIPT), str(tmp_path), *options])
+    got = dict(np.load(tmp_path / "result.npz"))
+    rows_in, rows_out = got["rows_moved"]
+    assert rows_out > 0 and rows_in > rows_out  # the caches evicted rows to the files and read them back
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == [f"rank{r}" for r in range(ranks)]
+    np.testing.assert_allclose(got["losses"], whole["losses"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got["table"], whole["table"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got["head"], whole["head"], rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(got["bytes"], _analytic_bytes(ranks))
+
+
+@pytest.mark.parametrize("rank,ranks", [(0, 1), (1, 3), (2, 3)])
+def test_shard_rows_drawn_from_the_whole_tables_stream(monkeypatch, rank, ranks):
+    """A rank's shard (cached or not) holds exactly its rows of the table one process would draw
+    chunk by chunk, and leaves the random state where that process does."""
+    from mstrain.common.initializer import Normal
+    from mstrain.recommender import sharded
+    from mstrain.recommender.store import CachedEmbeddingLookup
+    monkeypatch.setattr(sharded, "_INIT_CHUNK_ROWS", 7)
+    ms.set_seed(3)
+    whole = np.concatenate([ms.common.initializer.initializer(Normal(0.1), (n, 2)).asnumpy() for n in (7, 7, 6)])
+    after = ms.common.initializer.initializer(Normal(0.1), (1,)).asnumpy()
+    ms.set_seed(3)
+    fill = sharded._ShardFill(Normal(0.1), 20, 2, rank, ranks)
+    cached = CachedEmbeddingLookup(fill.local_rows, 2, 2, fill=fill)
+    fill.finish()
+    np.testing.assert_array_equal(cached.full_table(), whole[rank::ranks])
+    np.testing.assert_array_equal(ms.common.initializer.initializer(Normal(0.1), (1,)).asnumpy(), after)
+    with pytest.raises(ValueError, match="asked for row 0, next is"):
+        fill(0, 1)
 
 
 def _analytic_bytes(ranks):
