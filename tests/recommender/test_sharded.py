@@ -134,13 +134,15 @@ def test_widedeep_job_with_sharded_tables_on_two_ranks(tmp_path, repo_root):
 CHECKPOINT_SCRIPT = Path(__file__).resolve().parent / "scripts" / "sharded_checkpoint.py"
 
 
-@pytest.mark.parametrize("saved,resumed", [(2, 4), (4, 2)])
-def test_checkpoint_saved_on_n_ranks_resumes_on_m(tmp_path, whole, saved, resumed):
+@pytest.mark.parametrize("saved,resumed,store", [(2, 4, []), (4, 2, []), (2, 4, ["--cache", "48", "--disk"])])
+def test_checkpoint_saved_on_n_ranks_resumes_on_m(tmp_path, whole, saved, resumed, store):
     if not MPIEXEC.exists():
         pytest.skip("mpiexec is not installed")
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    store = store + [str(tmp_path / "store")] if store else []
     for ranks, mode in ((saved, "save"), (resumed, "resume")):
-        _run([str(MPIEXEC), "-n", str(ranks), sys.executable, str(CHECKPOINT_SCRIPT), str(out), str(ckpt), mode])
+        _run([str(MPIEXEC), "-n", str(ranks), sys.executable, str(CHECKPOINT_SCRIPT), str(out), str(ckpt), mode,
+              *store])
     files = sorted(p.name for p in (ckpt / "table").iterdir())
     assert files == sorted([f"{a}.{r}-of-{saved}.npy" for a in ("values", "moment1", "moment2")
                             for r in range(saved)] + ["table.json"])
