@@ -159,8 +159,13 @@ class ShardedEmbeddingLookup(nn.Cell):
             shard = self.shard.asnumpy()
             return [shard[rows] for rows in local]
         wanted = np.concatenate(local)
-        if not getattr(self, "training", False) and np.unique(wanted).size > self.cache.capacity:
-            return [self.cache.read_rows(rows) for rows in local]
+        distinct = np.unique(wanted).size
+        if distinct > self.cache.capacity:
+            if not getattr(self, "training", False):
+                return [self.cache.read_rows(rows) for rows in local]
+            raise ConfigError(f"one step asks rank {self.rank} for {distinct} distinct rows of its shard but "
+                              f"vocab_cache_size is {self.cache.capacity} (it must hold them all)",
+                              key="vocab_cache_size")
         slots = self.cache.make_resident(wanted)
         cached, answers, start = self.shard.asnumpy(), [], 0
         for rows in local:
