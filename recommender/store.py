@@ -3,8 +3,9 @@
     level 1  a fixed-capacity hot-row cache (`vocab_cache_size` rows): the only rows the step's
              kernels read and write (the Parameter the optimizer sees);
     level 2  the whole table and its optimizer-state tables in host memory, or
-    level 3  the same in files under `disk_dir` (tables larger than RAM), read and written row by
-             row with pread/pwrite, so none of their pages count in the process's resident memory.
+    level 3  the same in files under `disk_dir` (tables larger than RAM), read with pread, written
+             back by appending to a log (`log_rows`: sequential writes, an index of 4 bytes per
+             row in memory), so none of the files' pages count in the process's resident memory.
 
     emb = CachedEmbeddingLookup(10_000_000, 16, vocab_cache_size=200_000, cache_policy="lru")
     opt = nn.LazyAdam(emb.trainable_params(), 1e-3)
@@ -89,10 +90,11 @@ class CachedEmbeddingLookup(nn.Cell):
     the step trains (see the module doc). ids -> ids.shape + (embedding_size,); ids outside
     [0, vocab_size) give zero rows. `param_init`: an initializer (name or object, drawn chunk by
     chunk) or a (vocab_size, embedding_size) array; `fill(start, stop) -> rows`, when given,
-    makes the initial rows instead (called chunk by chunk in row order)."""
+    makes the initial rows instead (called chunk by chunk in row order). `disk_layout`: how the
+    disk level keeps rows (`RowStore`: "log" appends, "in_place" rewrites them in one flat file)."""
 
     def __init__(self, vocab_size, embedding_size, vocab_cache_size, param_init="normal", cache_policy="lru",
-                 disk_dir=None, fill=None):
+                 disk_dir=None, fill=None, disk_layout="log"):
         super().__init__()
         if not 1 <= int(vocab_cache_size) <= int(vocab_size):
             raise ConfigError(f"vocab_cache_size must be in [1, vocab_size={vocab_size}], got {vocab_cache_size}",
@@ -101,7 +103,7 @@ class CachedEmbeddingLookup(nn.Cell):
             raise ConfigError(f"cache_policy must be 'lru' or 'lfu', got {cache_policy!r}", key="cache_policy")
         self.vocab_size, self.embedding_size = int(vocab_size), int(embedding_size)
         self.capacity, self.cache_policy = int(vocab_cache_size), cache_policy
-        self.store = RowStore(self.vocab_size, self.embedding_size, disk_dir)
+        self.store = RowStore(self.vocab_size, self.embedding_size, disk_dir, disk_layout)
         self.store.create("values", fill or _initial_rows(param_init, self.embedding_size))
         # every array below is zero-filled (calloc): pages become resident only once written
         self.embedding_table = Parameter(Tensor(np.zeros((self.capacity, self.embedding_size), np.float32)),
@@ -362,8 +364,8 @@ class CachedEmbeddingLookup(nn.Cell):
             self._write_back(held, self.row_of_slot[held])
 
     def full_table(self):
-        """The whole (vocab_size, embedding_size) table, current (after a flush); a read-only
-        memory map for the disk level (for checks of small tables)."""
+        """The whole (vocab_size, embedding_size) table, current (after a flush), read from the
+        store (for checks of small tables)."""
         self.flush()
         return self.store.tables["values"].whole()
 

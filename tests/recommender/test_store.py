@@ -50,21 +50,24 @@ OPTIMIZERS = {
 
 
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
-@pytest.mark.parametrize("policy,capacity,disk", [("lru", BATCH * FIELDS, False), ("lfu", 40, False),
-                                                  ("lru", 64, True)])
+@pytest.mark.parametrize("policy,capacity,disk", [("lru", BATCH * FIELDS, None), ("lfu", 40, None),
+                                                  ("lru", 64, "log"), ("lfu", 40, "in_place")])
 def test_cached_training_equals_the_whole_table(tmp_path, optimizer, policy, capacity, disk):
     init = np.random.default_rng(1).normal(scale=0.1, size=(ROWS, DIM)).astype(np.float32)
     whole = nn.EmbeddingLookup(ROWS, DIM, param_init=init)
     reference = _train(whole, OPTIMIZERS[optimizer], 100)
     cached = CachedEmbeddingLookup(ROWS, DIM, vocab_cache_size=capacity, param_init=init, cache_policy=policy,
-                                   disk_dir=str(tmp_path / "store") if disk else None)
+                                   disk_dir=str(tmp_path / "store") if disk else None, disk_layout=disk or "log")
     losses = _train(cached, OPTIMIZERS[optimizer], 100)
     np.testing.assert_allclose(losses, reference, rtol=0, atol=1e-6)
     np.testing.assert_allclose(cached.full_table(), whole.embedding_table.asnumpy(), rtol=0, atol=1e-6)
     stats = cached.statistics
     assert stats.rows_out > 0 and stats.hits > 0 and stats.rows_in == stats.misses
-    if disk:
+    if disk == "in_place":
         assert (tmp_path / "store" / "values.f32").stat().st_size == ROWS * DIM * 4
+    elif disk == "log":  # the base file holds the initial rows, the log every row written back since
+        assert (tmp_path / "store" / "values.base").stat().st_size == ROWS * DIM * 4
+        assert cached.store.tables["values"].disk_bytes >= stats.rows_out * (DIM + 2) * 4
 
 
 def test_lru_and_lfu_evict_what_they_say():
