@@ -226,6 +226,9 @@ def _train_set(cfg, columns, rank, ranks):
 
 
 def _ranks(cfg):
+    if cfg.model.disk_dir is not None and not cfg.model.vocab_cache_size:
+        raise ConfigError("model.disk_dir keeps the rows outside the hot-row cache: set model.vocab_cache_size "
+                          "too", key="model.disk_dir")
     if (cfg.train.checkpoint_dir or cfg.train.resume) and not cfg.model.shard_tables:
         raise ConfigError("train.checkpoint_dir and train.resume save and load sharded tables: set "
                           "model.shard_tables=true (plain python runs it on one rank)", key="train.checkpoint_dir")
