@@ -200,8 +200,8 @@ class ShardedEmbeddingLookup(nn.Cell):
         return RowTensor(Tensor(local), Tensor(rows), tuple(self.shard.shape)).coalesce()
 
     def shard_values(self):
-        """This rank's shard rows, current (a memory map of the store's file at the disk level;
-        for checks of small tables)."""
+        """This rank's shard rows, current (read from the store behind a cache; for checks of
+        small tables)."""
         return self.shard.asnumpy() if self.cache is None else np.asarray(self.cache.full_table())
 
     def full_table(self):
