@@ -42,7 +42,7 @@ def _table_plan(cfg, name, width, rows, ranks):
     local = math.ceil(rows / ranks) if sharded else rows
     cached = min(cfg.model.vocab_cache_size, local)
     on_disk = bool(cached) and cfg.model.disk_dir is not None
-    level1 = level1_bytes(local, cached, row_bytes) if cached else 0
+    level1 = level1_bytes(local, cached, row_bytes, cfg.model.cache_policy) if cached else 0
     level2 = 0 if on_disk else local * row_bytes
     # base files, plus a log of at most twice the live rows (records carry an 8-byte row id) and two segments
     log = arrays * (2 * local + 2 * SEGMENT_RECORDS) * (width + 2) * _FLOAT

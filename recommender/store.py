@@ -35,6 +35,7 @@ from mstrain.errors import ConfigError
 from mstrain.log import get_logger
 from mstrain.train.callback import Callback
 
+from .lru import RecencyQueue, queue_bytes
 from .row_store import RowStore
 
 __all__ = ["RowStore", "CachedEmbeddingLookup", "CacheStatistics", "EmbeddingCacheMonitor", "level1_bytes"]
@@ -70,12 +71,14 @@ def _initial_rows(param_init, dim):
     return lambda start, stop: initializer(param_init, (stop - start, dim)).asnumpy()
 
 
-def level1_bytes(vocab_size, capacity, row_bytes):
+def level1_bytes(vocab_size, capacity, row_bytes, cache_policy="lru"):
     """Level-1 bytes of a CachedEmbeddingLookup of `vocab_size` rows caching `capacity` of them,
     each cached row `row_bytes` with its optimizer state: the rows, a 4-byte slot per table row,
-    and per slot its row id (4 bytes, 8 beyond 2**31 rows) and two 4-byte clocks."""
+    per slot its row id (4 bytes, 8 beyond 2**31 rows) and two 4-byte clocks, and under LRU the
+    recency queue (`lru.queue_bytes`)."""
     row_id = 4 if vocab_size < 2 ** 31 else 8
-    return capacity * (row_bytes + row_id + 8) + vocab_size * 4
+    queue = queue_bytes(capacity) if cache_policy == "lru" else 0
+    return capacity * (row_bytes + row_id + 8) + vocab_size * 4 + queue
 
 
 def _joined(parts):
@@ -113,6 +116,7 @@ class CachedEmbeddingLookup(nn.Cell):
         self.row_of_slot = np.zeros(self.capacity, row_type)  # valid for slots < self.filled
         self.last_use = np.zeros(self.capacity, np.int32)  # the step clock: 2**31 steps are far away
         self.use_count = np.zeros(self.capacity, np.int32)
+        self._recency = RecencyQueue(self.capacity) if cache_policy == "lru" else None
         self.filled = 0  # slots [0, filled) hold rows; a slot, once filled, stays filled
         self.clock = 0
         self.statistics = CacheStatistics()
@@ -157,10 +161,9 @@ class CachedEmbeddingLookup(nn.Cell):
         need = count - fresh
         if need == 0:
             return empty, empty[:0]
-        if self.cache_policy == "lru":  # the batch's own rows are the most recent: never chosen
-            recency = self.last_use.copy()
-            recency[keep] = recency[empty] = self.clock + 1
-            chosen = np.argpartition(recency, need - 1)[:need]
+        if self.cache_policy == "lru":  # the batch's own rows are used again: never chosen
+            self.last_use[keep] = -1  # (their entries turn stale; this step sets their clock anew)
+            chosen = self._recency.pop_oldest(need, self.last_use)
         else:
             candidates = np.ones(self.capacity, bool)
             candidates[keep] = candidates[empty] = False
@@ -288,6 +291,8 @@ class CachedEmbeddingLookup(nn.Cell):
         slots = self.slots_of(unique)
         self.last_use[slots] = self.clock
         self.use_count[slots] += 1
+        if self._recency is not None:
+            self._recency.touch(slots, self.clock, self.last_use)
         upcoming = self._announced_after(flat) if self._upcoming else None
         if writes or upcoming is not None:
             self._start_background(writes, None if upcoming is None else self._uncached(upcoming))
@@ -337,7 +342,7 @@ class CachedEmbeddingLookup(nn.Cell):
         the per-slot row ids and clocks (`level1_bytes` of this table)."""
         arrays = [param.asnumpy() for param, _ in self._pairs()]
         arrays += [self._slot_plus_one, self.row_of_slot, self.last_use, self.use_count]
-        return sum(a.nbytes for a in arrays)
+        return sum(a.nbytes for a in arrays) + (self._recency.nbytes if self._recency is not None else 0)
 
     # -- the whole table ------------------------------------------------------------------------
     def row_tables(self):
@@ -355,6 +360,8 @@ class CachedEmbeddingLookup(nn.Cell):
         self.filled = 0
         self.last_use[:] = 0
         self.use_count[:] = 0
+        if self._recency is not None:
+            self._recency.clear()
 
     def flush(self):
         """Write every cached row (value and state) back to the store."""

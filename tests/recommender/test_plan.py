@@ -28,7 +28,7 @@ def test_memory_plan_counts_rows_states_and_levels(repo_root, monkeypatch):
                        rows=1000, ranks=8)
     deep = disk["tables"][0]
     assert deep["levels"] == [1, 3, 4] and deep["level2_host_bytes"] == 0
-    assert deep["level1_cache_bytes"] == 10 * (16 * 4 * 3 + 12) + 125 * 4
+    assert deep["level1_cache_bytes"] == 10 * (16 * 4 * 3 + 12) + 125 * 4 + (10 + 1024) * 8  # + LRU queue
     assert deep["level3_index_bytes"] == 3 * 125 * 4
     assert deep["level3_disk_bytes"] > 125 * 16 * 4 * 3  # the base files and the log's bound
     assert deep["resident_bytes"] == (deep["level1_cache_bytes"] + deep["level3_index_bytes"]

@@ -176,3 +176,31 @@ def test_rows_evicted_and_needed_next_are_staged_after_their_write_back(tmp_path
     np.testing.assert_allclose(results[1][1], results[0][1], rtol=0, atol=1e-6)
     assert embedding.statistics.rows_out == (len(batches) - 1) * BATCH * FIELDS
     assert embedding.statistics.rows_staged == (len(batches) - 1) * BATCH * FIELDS
+
+
+def test_recency_queue_pops_what_a_full_sort_by_last_use_gives():
+    """The LRU queue against a numpy reference: the `count` slots with the oldest last use
+    (ties by the order of use), over many steps of random touches, through compactions."""
+    from mstrain.recommender.lru import RecencyQueue
+    rng = np.random.default_rng(0)
+    capacity = 50
+    queue, last_use = RecencyQueue(capacity), np.full(capacity, -1, np.int32)
+    order = np.zeros(capacity, np.int64)  # reference: a global sequence number of each slot's last use
+    sequence = 0
+    for clock in range(1, 400):
+        used = rng.choice(capacity, size=rng.integers(1, 12), replace=False)
+        count = int(rng.integers(0, 5))
+        if clock > 10 and count:
+            evictable = np.setdiff1d(np.flatnonzero(last_use >= 0), used)
+            want = evictable[np.argsort(order[evictable], kind="stable")][:count]
+            saved = last_use[used].copy()
+            last_use[used] = -1
+            got = queue.pop_oldest(count, last_use)
+            last_use[used] = saved
+            np.testing.assert_array_equal(got, want)
+            used = np.concatenate([used, got])  # the evicted slots are refilled and used this step
+        last_use[used] = clock
+        order[used] = sequence + np.arange(used.size)
+        sequence += used.size
+        queue.touch(used, clock, last_use)
+    assert queue.slots.size == capacity + 1024  # compacted in place, never grown
