@@ -35,6 +35,7 @@ from mstrain.mindrecord import RecordSet
 from mstrain.registry import register_job
 from mstrain.train.callback import Callback
 from mstrain.train.metrics import AUC
+from mstrain.train.serialization import TRAIN_STATE_KEY
 
 from .criteo import load_vocab, preprocess_criteo
 from .roc import log_loss, plot_roc, roc_curve
@@ -158,7 +159,7 @@ class EvaluateEachEpoch(Callback):
                                 batch_size=self.batch_size)
         metric = AUC()
         metric.update(logits, self.test["label"])
-        record = {"epoch": args.cur_epoch_num, "train_loss": float(np.asarray(args.net_outputs.asnumpy())),
+        record = {"epoch": args.cur_epoch_num, "step": args.cur_step_num, "train_loss": float(np.asarray(args.net_outputs.asnumpy())),
                   "test_auc": float(metric.eval()), "test_logloss": log_loss(self.test["label"], logits),
                   "eval_s": round(time.perf_counter() - start, 3)}
         self.history.append(record)
@@ -208,7 +209,11 @@ def train_widedeep(cfg):
     seconds = time.perf_counter() - start
     if rank != 0:
         return {"test_auc": history[-1]["test_auc"], "rank": rank}
-    return _write_outputs(cfg, vocab, history, test["label"], evaluate.last_logits, net, seconds,
+    if resume_from is None:
+        samples = vocab["train_rows"] * len(history)
+    else:  # this run's steps only
+        samples = (history[-1]["step"] - resume_from[TRAIN_STATE_KEY]["step"]) * cfg.train.batch_size
+    return _write_outputs(cfg, vocab, history, test["label"], evaluate.last_logits, net, (samples, seconds),
                           cache_monitor.report(), ranks)
 
 
@@ -263,7 +268,8 @@ def _train_step(cfg, net):
     return WideDeepTrainStep(loss, *wide_deep_optimizers(net, **settings))
 
 
-def _write_outputs(cfg, vocab, history, labels, logits, net, seconds, cache_statistics, ranks):
+def _write_outputs(cfg, vocab, history, labels, logits, net, samples_and_seconds, cache_statistics, ranks):
+    samples, seconds = samples_and_seconds
     out = cfg.train.output_dir
     os.makedirs(out, exist_ok=True)
     fpr, tpr = roc_curve(labels, logits)
@@ -272,7 +278,7 @@ def _write_outputs(cfg, vocab, history, labels, logits, net, seconds, cache_stat
     summary = {"test_auc": last["test_auc"], "test_logloss": last["test_logloss"], "epochs": len(history),
                "train_rows": vocab["train_rows"], "test_rows": vocab["test_rows"], "table_rows": vocab["num_rows"],
                "parameters": parameter_count(net), "train_seconds": round(seconds, 2),
-               "samples_per_s": round(vocab["train_rows"] * len(history) / seconds, 1), "ranks": ranks,
+               "samples_per_s": round(samples / seconds, 1), "ranks": ranks,
                "output_dir": out}
     if cache_statistics:
         summary["embedding_cache"] = cache_statistics

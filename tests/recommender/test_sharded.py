@@ -203,7 +203,7 @@ def test_widedeep_job_resumes_a_two_rank_checkpoint_on_four_ranks(tmp_path):
         [f"{a}.{r}-of-2.npy" for a in ("values", "accum", "linear") for r in range(2)] + ["table.json"])
     resumed = _widedeep(tmp_path, 4, tmp_path / "resumed", "train.epochs=2", f"train.checkpoint_dir={ckpt}",
                         "train.resume=" + str(ckpt / "step-00000010"), "model.vocab_cache_size=300")
-    assert [r["epoch"] for r in resumed] == [1, 2]
+    assert [r["epoch"] for r in resumed] == [1, 2] and [r["step"] for r in resumed] == [15, 30]
     for got, want in zip(resumed, whole):
         for key in ("train_loss", "test_auc", "test_logloss"):
             assert abs(got[key] - want[key]) <= 1e-6, (got, want)
