@@ -1,9 +1,11 @@
 """The embedding store at scale: one table of --rows x 16 (default 10M; --rows 100000000 for the
-issue's 100M-row, 6.4 GB table) kept on disk (level 3, read and written with pread/pwrite) behind
+issue's 100M-row, 6.4 GB table) kept on disk (level 3: read with pread; written back by appending
+to a log, or with --layouts in_place by a pwrite of each row at its place in one flat file) behind
 a hot-row cache of 1%, 5% and 20% of the rows, trained with SGD (no optimizer state, so the store
 is the table itself) on batches of 1024 x 26 Zipf(1.1) ids hashed over the whole table.
 
     PYTHONPATH=. python benchmarks/embedding_store.py [--rows 10000000] [--warm-steps 300] [--steps 40] [--prefetch]
+                                                      [--layouts log,in_place]
 
 Each cache size runs in its own process (so its peak memory is its own): first --warm-steps
 batches are only made resident (the cache fills and starts evicting as training would; no
@@ -11,7 +13,8 @@ compute), then --steps training steps are timed. One JSON line per cache size: s
 step after the first WARMUP timed steps), the hit rate of the timed steps (a warm cache), rows
 swapped in per step, and the process's memory: rss_mb now (VmRSS: anonymous + file pages mapped),
 its anonymous and file parts, the peak (ru_maxrss), the level-1 arrays (cache, slot map, LRU
-clocks) and the table file's logical size and the disk blocks it holds (the file is sparse).
+clocks), the log's index, and the table files' logical size and the disk blocks they hold (the
+base file is sparse). Modes of the in_place layout end in `_in_place`: the same run's ratio.
 With --prefetch (modes cache_<f>_prefetch) each batch is announced before the step before it, so
 that step stages its missing rows in a background thread (rows_staged_per_step).
 """
@@ -54,13 +57,22 @@ def _memory_mb():
     return out
 
 
-def _run(rows, fraction, warm_steps, steps, folder, seed, prefetch):
+def _disk_usage(table, folder):
+    """{table_file_mb, table_disk_mb, index_mb} of the store's files (base + log, or the flat file)."""
+    names = [n for n in os.listdir(folder) if n.startswith("values.")]
+    stats = [os.stat(folder / n) for n in names]
+    return {"table_file_mb": round(sum(s.st_size for s in stats) / 2 ** 20, 1),
+            "table_disk_mb": round(sum(s.st_blocks * 512 for s in stats) / 2 ** 20, 1),
+            "index_mb": round(getattr(table, "index_nbytes", 0) / 2 ** 20, 1)}
+
+
+def _run(rows, fraction, warm_steps, steps, folder, seed, prefetch, layout):
     import numpy as np
     from mstrain import Tensor, nn
     from mstrain.recommender.store import CachedEmbeddingLookup
 
     capacity = max(int(rows * fraction), BATCH * FIELDS)
-    table = CachedEmbeddingLookup(rows, DIM, capacity, param_init="zeros", disk_dir=str(folder))
+    table = CachedEmbeddingLookup(rows, DIM, capacity, param_init="zeros", disk_dir=str(folder), disk_layout=layout)
     head = Tensor(np.linspace(-1, 1, DIM).astype(np.float32))
 
     class Loss(nn.Cell):
@@ -94,24 +106,25 @@ def _run(rows, fraction, warm_steps, steps, folder, seed, prefetch):
         seconds.append(time.perf_counter() - begin)
     end = table.statistics.as_dict()
     hits, misses = end["hits"] - warm["hits"], end["misses"] - warm["misses"]
-    disk = os.stat(folder / "values.f32")
-    return record("store", "embedding-store", f"cache_{fraction:g}" + ("_prefetch" if prefetch else ""),
+    mode = f"cache_{fraction:g}" + ("_prefetch" if prefetch else "") + ("_in_place" if layout == "in_place" else "")
+    return record("store", "embedding-store", mode,
                   "train_samples_per_s",
                   BATCH / statistics.median(seconds[WARMUP:]), "hit_rate", round(hits / max(hits + misses, 1), 4),
-                  rows=rows, dim=DIM, cache_rows=capacity, level="disk (pread/pwrite)",
+                  rows=rows, dim=DIM, cache_rows=capacity, level=f"disk ({layout})",
                   prefetch=prefetch, rows_staged_per_step=round((end["rows_staged"] - warm["rows_staged"]) / steps, 1),
                   warm_steps=warm_steps, warm_hit_rate=warm["hit_rate"], warm_seconds=round(warm_seconds, 1),
                   timed_steps=steps, rows_in_per_step=round((end["rows_in"] - warm["rows_in"]) / steps, 1),
                   rows_out_per_step=round((end["rows_out"] - warm["rows_out"]) / steps, 1),
                   **_memory_mb(), max_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                  level1_mb=round(table.level1_nbytes / 2 ** 20, 1), table_file_mb=round(disk.st_size / 2 ** 20, 1),
-                  table_disk_mb=round(disk.st_blocks * 512 / 2 ** 20, 1))
+                  level1_mb=round(table.level1_nbytes / 2 ** 20, 1),
+                  **_disk_usage(table.store.tables["values"], folder))
 
 
-def _child(args, fraction, folder):
-    """Run one cache size in a fresh process; its JSON line."""
+def _child(args, fraction, folder, layout):
+    """Run one cache size and layout in a fresh process; its JSON line."""
     cmd = [sys.executable, __file__, "--rows", str(args.rows), "--warm-steps", str(args.warm_steps),
-           "--steps", str(args.steps), "--seed", str(args.seed), "--one", str(fraction), "--dir", str(folder)]
+           "--steps", str(args.steps), "--seed", str(args.seed), "--one", str(fraction), "--dir", str(folder),
+           "--layouts", layout]
     cmd += ["--prefetch"] if args.prefetch else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -130,20 +143,23 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prefetch", action="store_true",
                         help="announce each batch ahead, so the next batch's missing rows are read during the step")
+    parser.add_argument("--layouts", default="log", help="disk layouts to run, comma-separated: log, in_place")
     parser.add_argument("--one", type=float, default=None, help=argparse.SUPPRESS)  # a child: one cache size
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     if args.one is not None:
-        emit(_run(args.rows, args.one, args.warm_steps, args.steps, Path(args.dir), args.seed, args.prefetch))
+        emit(_run(args.rows, args.one, args.warm_steps, args.steps, Path(args.dir), args.seed, args.prefetch,
+                  args.layouts))
         return 0
     root = Path(args.dir or tempfile.mkdtemp(prefix="mstrain_store_"))
     try:
         for fraction in (float(f) for f in args.fractions.split(",")):
-            folder = root / f"cache_{fraction:g}"
-            try:
-                emit(_child(args, fraction, folder))
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
+            for layout in args.layouts.split(","):
+                folder = root / f"cache_{fraction:g}_{layout}"
+                try:
+                    emit(_child(args, fraction, folder, layout))
+                finally:
+                    shutil.rmtree(folder, ignore_errors=True)
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -7,10 +7,14 @@ embedding store (in the spirit of MindSpore Recommender). Imports only `core`'s 
     prefetch_rows(dataset, {table: columns})  next-batch rows staged during the step     (prefetch)
     ShardedEmbeddingLookup, ShardedTrainStep  tables sharded over MPI ranks, all-to-all  (sharded)
     save_sharded_table, load_sharded_table    streamed per-rank checkpoints, any rank count (sharded_checkpoint)
+    ShardedRunCheckpoint, restore_sharded_run a whole run's checkpoints, resumed on any rank count (run_checkpoint)
+    LogRows                                   the disk level: base file + append-only log   (log_rows)
     train_widedeep(cfg)                       the `widedeep` job                         (jobs)
 """
 from .criteo import CriteoFormatError, load_vocab, preprocess_criteo, read_criteo_lines
+from .log_rows import LogRows
 from .prefetch import prefetch_rows
+from .run_checkpoint import ShardedRunCheckpoint, restore_sharded_run
 from .sharded import ShardedEmbeddingLookup, ShardedTrainStep
 from .sharded_checkpoint import load_sharded_table, save_sharded_table
 from .store import CachedEmbeddingLookup, EmbeddingCacheMonitor
@@ -19,4 +23,4 @@ from .widedeep import WideDeep, WideDeepTrainStep, WideDeepWithLoss, wide_deep_o
 __all__ = ["CriteoFormatError", "load_vocab", "preprocess_criteo", "read_criteo_lines", "WideDeep",
            "WideDeepTrainStep", "WideDeepWithLoss", "wide_deep_optimizers", "CachedEmbeddingLookup",
            "EmbeddingCacheMonitor", "prefetch_rows", "ShardedEmbeddingLookup", "ShardedTrainStep",
-           "save_sharded_table", "load_sharded_table"]
+           "save_sharded_table", "load_sharded_table", "ShardedRunCheckpoint", "restore_sharded_run", "LogRows"]

@@ -7,6 +7,14 @@ configured options, trains with `Model.train` over `MindDataset` (FTRL on the wi
 LazyAdam on the deep part), evaluates on the test split after every epoch (one line: loss, AUC,
 logloss) and writes to `train.output_dir`: history.json, summary.json and roc.png (the ROC
 curve of the last epoch). The job returns the final test AUC and logloss.
+
+With `model.shard_tables` (under `mpiexec -n N`) both tables are sharded over the ranks, each
+rank's shard behind its own hot-row cache with `model.vocab_cache_size` and in files with
+`model.disk_dir`; every rank reads the same shuffled batches of `train.batch_size` samples and
+trains on its 1/N slice, so a run gives the same numbers on any rank count (up to float
+summation order; dropout draws per rank). `train.checkpoint_dir` then saves the run every
+`train.checkpoint_steps` steps (`run_checkpoint`), and `train.resume` continues one, saved on any
+rank count, exactly where it stopped.
 """
 import os
 import time
@@ -27,10 +35,12 @@ from mstrain.mindrecord import RecordSet
 from mstrain.registry import register_job
 from mstrain.train.callback import Callback
 from mstrain.train.metrics import AUC
+from mstrain.train.serialization import TRAIN_STATE_KEY
 
 from .criteo import load_vocab, preprocess_criteo
 from .roc import log_loss, plot_roc, roc_curve
 from .prefetch import prefetch_rows
+from .run_checkpoint import ShardedRunCheckpoint, restore_sharded_run
 from .store import EmbeddingCacheMonitor
 from .widedeep import (WideDeep, WideDeepTrainStep, WideDeepWithLoss, parameter_count, predict_logits,
                        sharded_train_step, wide_deep_optimizers)
@@ -61,14 +71,16 @@ class WideDeepModelConfig:
     l2_wide: float = option(0.0, "L2 on the wide weights of the batch's ids", low=0.0)
     l2_deep: float = option(0.0, "L2 on the batch's embedding rows and the MLP weights", low=0.0)
     vocab_cache_size: int = option(0, "rows of each table in the hot-row cache the step trains (0: whole tables "
-                                   "in the step; else >= a batch's distinct ids, tables kept in the store)", low=0)
+                                   "in the step; else >= a batch's distinct ids, tables kept in the store); "
+                                   "with shard_tables: rows of each rank's shard, cached on that rank", low=0)
     cache_policy: str = option("lru", "eviction of the hot-row cache", choices=("lru", "lfu"))
     disk_dir: Optional[str] = option(None, "keep the cached tables and their optimizer state in files here "
-                                     "(level 3, read and written row by row) instead of host memory")
+                                     "(level 3, read and written row by row) instead of host memory; "
+                                     "with shard_tables each rank uses its subdirectory rank<r>")
     prefetch_rows: bool = option(True, "with vocab_cache_size: while a step computes, read the rows the next "
                                  "batch misses from the host or disk level (results unchanged)")
     shard_tables: bool = option(False, "shard both tables row-wise over the MPI ranks (run under mpiexec -n N; "
-                                "rows fetched by all-to-all); each rank trains on 1/N of the batches")
+                                "rows fetched by all-to-all); each rank trains on 1/N of every batch")
 
 
 @dataclass
@@ -87,12 +99,19 @@ class WideDeepOptimizer:
 class WideDeepTrain:
     """Epochs, batch, seed, outputs."""
     epochs: int = option(4, "passes over the training split", low=1)
-    batch_size: int = option(128, "samples per step", low=1)
+    batch_size: int = option(128, "samples per step (with model.shard_tables: of all ranks together, "
+                             "a multiple of the rank count)", low=1)
     seed: int = option(0, "seed of the parameters, shuffling and dropout", low=0)
     shuffle: bool = option(True, "shuffle the training split every epoch")
     dataset_sink_mode: bool = option(False, "feed each epoch's batches through the sink queue (Model.train's "
                                      "dataset_sink_mode; steps of cached tables run eagerly)")
     output_dir: str = option("outputs/widedeep_criteo", "directory for history.json, summary.json, roc.png")
+    checkpoint_dir: Optional[str] = option(None, "with model.shard_tables: save the run here (sharded tables, "
+                                           "dense part, position); resumable on any rank count")
+    checkpoint_steps: int = option(0, "save every this many global steps (0: at each epoch end)", low=0)
+    checkpoint_keep: int = option(2, "newest saves kept in checkpoint_dir", low=1)
+    resume: Optional[str] = option(None, "continue a run saved in checkpoint_dir: 'latest', or the path of "
+                                   "one of its step-<n> directories")
 
 
 @dataclass
@@ -140,7 +159,7 @@ class EvaluateEachEpoch(Callback):
                                 batch_size=self.batch_size)
         metric = AUC()
         metric.update(logits, self.test["label"])
-        record = {"epoch": args.cur_epoch_num, "train_loss": float(np.asarray(args.net_outputs.asnumpy())),
+        record = {"epoch": args.cur_epoch_num, "step": args.cur_step_num, "train_loss": float(np.asarray(args.net_outputs.asnumpy())),
                   "test_auc": float(metric.eval()), "test_logloss": log_loss(self.test["label"], logits),
                   "eval_s": round(time.perf_counter() - start, 3)}
         self.history.append(record)
@@ -157,46 +176,78 @@ def train_widedeep(cfg):
     vocab = ensure_records(cfg.data) if rank == 0 else None
     vocab = _shared(vocab, ranks)
     columns = _columns(vocab)
-    records = cfg.data.records_dir
-    shards = dict(num_shards=ranks, shard_id=rank) if ranks > 1 else {}
-    train_set = ds.MindDataset(os.path.join(records, "train.mindrecord"), columns_list=columns,
-                               shuffle=cfg.train.shuffle, **shards).batch(cfg.train.batch_size,
-                                                                         drop_remainder=ranks > 1)
-    test_records = RecordSet(os.path.join(records, "test.mindrecord"))
+    train_set = _train_set(cfg, columns, rank, ranks)
+    test_records = RecordSet(os.path.join(cfg.data.records_dir, "test.mindrecord"))
     test = test_records.gather(np.arange(test_records.num_rows), columns, as_numpy=True)
     batch_ids = cfg.train.batch_size * (26 + 13) if cfg.model.shard_tables else 0
+    disk_dir = cfg.model.disk_dir
+    if disk_dir is not None and cfg.model.shard_tables:
+        disk_dir = os.path.join(disk_dir, f"rank{rank}")
     net = WideDeep(vocab["num_rows"], embed_dim=cfg.model.embed_dim, hidden=tuple(cfg.model.hidden),
                    dropout=cfg.model.dropout, init_std=cfg.model.init_std,
                    vocab_cache_size=min(cfg.model.vocab_cache_size, vocab["num_rows"]),
-                   cache_policy=cfg.model.cache_policy, disk_dir=cfg.model.disk_dir, shard_batch_ids=batch_ids)
+                   cache_policy=cfg.model.cache_policy, disk_dir=disk_dir, shard_batch_ids=batch_ids)
     step = _train_step(cfg, net)
     if cfg.model.prefetch_rows and net.cached_tables():
         wide_columns = ("ids", "dense_ids") if "dense_ids" in columns else ("ids",)
         train_set = prefetch_rows(train_set, {net.embedding: ("ids",), net.wide_weight: wide_columns})
-    history = []
+    tables = {"deep": net.embedding, "wide": net.wide_weight}
+    resume_from, history = None, []
+    if cfg.train.resume:
+        resume_from, history = restore_sharded_run(cfg.train.checkpoint_dir, cfg.train.resume, step, tables)
     evaluate = EvaluateEachEpoch(net, test, history, batch_size=cfg.train.batch_size if batch_ids else 4096)
-    cache_monitor = EmbeddingCacheMonitor(net.cached_tables())
+    cache_monitor = EmbeddingCacheMonitor(net.table_caches())
+    callbacks = [evaluate, cache_monitor]
+    if cfg.train.checkpoint_dir:
+        callbacks.append(ShardedRunCheckpoint(cfg.train.checkpoint_dir, step, tables, cfg.train.checkpoint_steps,
+                                              cfg.train.checkpoint_keep, history))
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "GraphSinkRunner")  # cached tables decide rows on the host
-        Model(step).train(cfg.train.epochs, train_set, callbacks=[evaluate, cache_monitor],
-                          dataset_sink_mode=cfg.train.dataset_sink_mode)
+        Model(step).train(cfg.train.epochs, train_set, callbacks=callbacks,
+                          dataset_sink_mode=cfg.train.dataset_sink_mode, resume_from=resume_from)
     seconds = time.perf_counter() - start
     if rank != 0:
         return {"test_auc": history[-1]["test_auc"], "rank": rank}
-    return _write_outputs(cfg, vocab, history, test["label"], evaluate.last_logits, net, seconds,
+    if resume_from is None:
+        samples = vocab["train_rows"] * len(history)
+    else:  # this run's steps only
+        samples = (history[-1]["step"] - resume_from[TRAIN_STATE_KEY]["step"]) * cfg.train.batch_size
+    return _write_outputs(cfg, vocab, history, test["label"], evaluate.last_logits, net, (samples, seconds),
                           cache_monitor.report(), ranks)
 
 
+def _train_set(cfg, columns, rank, ranks):
+    """The training batches of this rank: with N ranks, every rank reads the same shuffled
+    batches and keeps its 1/N slice of each, so the run does not depend on the rank count."""
+    path = os.path.join(cfg.data.records_dir, "train.mindrecord")
+    batches = ds.MindDataset(path, columns_list=columns, shuffle=cfg.train.shuffle, num_shards=1, shard_id=0).batch(
+        cfg.train.batch_size, drop_remainder=cfg.model.shard_tables)
+    if ranks == 1:
+        return batches
+    part = cfg.train.batch_size // ranks
+    rows = slice(rank * part, (rank + 1) * part)
+    return batches.map(lambda *values: tuple(v[rows] for v in values), input_columns=columns)
+
+
 def _ranks(cfg):
+    if cfg.model.disk_dir is not None and not cfg.model.vocab_cache_size:
+        raise ConfigError("model.disk_dir keeps the rows outside the hot-row cache: set model.vocab_cache_size "
+                          "too", key="model.disk_dir")
+    if (cfg.train.checkpoint_dir or cfg.train.resume) and not cfg.model.shard_tables:
+        raise ConfigError("train.checkpoint_dir and train.resume save and load sharded tables: set "
+                          "model.shard_tables=true (plain python runs it on one rank)", key="train.checkpoint_dir")
+    if cfg.train.resume and not cfg.train.checkpoint_dir and cfg.train.resume == "latest":
+        raise ConfigError("train.resume=latest needs train.checkpoint_dir", key="train.resume")
     if not cfg.model.shard_tables:
         return 0, 1
-    if cfg.model.vocab_cache_size:
-        raise ConfigError("model.shard_tables and model.vocab_cache_size cannot be combined yet",
-                          key="model.shard_tables")
     from mstrain import communication as comm
     comm.init()
-    return comm.get_rank(), comm.get_group_size()
+    ranks = comm.get_group_size()
+    if cfg.train.batch_size % ranks:
+        raise ConfigError(f"train.batch_size={cfg.train.batch_size} is not a multiple of the {ranks} ranks "
+                          f"(each rank trains on an equal slice of every batch)", key="train.batch_size")
+    return comm.get_rank(), ranks
 
 
 def _shared(vocab, ranks):
@@ -217,7 +268,8 @@ def _train_step(cfg, net):
     return WideDeepTrainStep(loss, *wide_deep_optimizers(net, **settings))
 
 
-def _write_outputs(cfg, vocab, history, labels, logits, net, seconds, cache_statistics, ranks):
+def _write_outputs(cfg, vocab, history, labels, logits, net, samples_and_seconds, cache_statistics, ranks):
+    samples, seconds = samples_and_seconds
     out = cfg.train.output_dir
     os.makedirs(out, exist_ok=True)
     fpr, tpr = roc_curve(labels, logits)
@@ -226,7 +278,7 @@ def _write_outputs(cfg, vocab, history, labels, logits, net, seconds, cache_stat
     summary = {"test_auc": last["test_auc"], "test_logloss": last["test_logloss"], "epochs": len(history),
                "train_rows": vocab["train_rows"], "test_rows": vocab["test_rows"], "table_rows": vocab["num_rows"],
                "parameters": parameter_count(net), "train_seconds": round(seconds, 2),
-               "samples_per_s": round(vocab["train_rows"] * len(history) / seconds, 1), "ranks": ranks,
+               "samples_per_s": round(samples / seconds, 1), "ranks": ranks,
                "output_dir": out}
     if cache_statistics:
         summary["embedding_cache"] = cache_statistics

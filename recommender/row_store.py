@@ -2,12 +2,15 @@
 optimizer state), in host memory or in files.
 
     store = RowStore(num_rows, dim, disk_dir=None)     # host memory (level 2)
-    store = RowStore(num_rows, dim, disk_dir="/big")   # one file per table (level 3)
+    store = RowStore(num_rows, dim, disk_dir="/big")   # per table a base file and a log (level 3, log_rows)
+    store = RowStore(num_rows, dim, disk_dir="/big", disk_layout="in_place")   # one flat file per table
     table = store.create("values", fill)               # fill(start, stop) -> rows, chunk by chunk
     table.read(rows) / table.write(rows, values)       # scattered rows
     table.read_range(start, stop) / table.write_range(start, rows)   # a contiguous run (streaming)
 
-A file table is read and written row by row with pread/pwrite (`kernels.row_io`), never mapped:
+The disk level appends written rows to a log (`log_rows.LogRows`: sequential writes, an index of
+4 bytes per row); `in_place` writes each row at its place in one flat file, which costs a dirty
+4 KB page per scattered row. A file table is read and written with pread/pwrite (`kernels.row_io`), never mapped:
 pages of a mapping that a process touches count in its resident memory, while pages reached
 through pread/pwrite live in the kernel's page cache, which it drops under pressure. Chunks of
 the initial fill that are all zero are not written (the file stays sparse), so a zero-initialised
@@ -102,8 +105,10 @@ class FileRows:
 class RowStore:
     """The tables of one embedding: `create(name, fill)` makes one (see the module doc)."""
 
-    def __init__(self, num_rows, dim, disk_dir=None):
-        self.num_rows, self.dim, self.disk_dir = int(num_rows), int(dim), disk_dir
+    def __init__(self, num_rows, dim, disk_dir=None, disk_layout="log"):
+        if disk_layout not in ("log", "in_place"):
+            raise ValueError(f"disk_layout must be 'log' or 'in_place', got {disk_layout!r}")
+        self.num_rows, self.dim, self.disk_dir, self.disk_layout = int(num_rows), int(dim), disk_dir, disk_layout
         self.tables = {}
         if disk_dir is not None:
             os.makedirs(disk_dir, exist_ok=True)
@@ -116,6 +121,9 @@ class RowStore:
         """A new table filled by `fill(start, stop) -> rows` chunk by chunk (never whole in memory)."""
         if self.disk_dir is None:
             table = HostRows(self.num_rows, self.dim)
+        elif self.disk_layout == "log":
+            from .log_rows import LogRows
+            table = LogRows(self.disk_dir, name, self.num_rows, self.dim)
         else:
             table = FileRows(os.path.join(self.disk_dir, f"{name}.f32"), self.num_rows, self.dim)
         for start in range(0, self.num_rows, INIT_CHUNK_ROWS):

@@ -9,6 +9,9 @@ atomically (`mstrain.fileio.atomic_write`); after a barrier rank 0 writes `table
 directory without it (a save that did not finish) is refused on load. A checkpoint saved on N ranks
 loads on M ranks: rank r reads, chunk by chunk, only the files that hold some of its rows
 (ids = r mod M) and keeps those rows, so resharding costs one chunk of memory beyond the shard.
+A shard behind a hot-row cache (`vocab_cache_size`) is saved from its store after the cache
+writes its rows back, and loaded into the store (host memory or files), the cache emptied first:
+no step of either touches more than a chunk of rows in memory.
 
 Layout of `directory`:
     table.json                  {"vocab_size", "embedding_size", "ranks": N, "arrays": ["values", ...],
@@ -32,15 +35,38 @@ _CHUNK_ROWS = 1 << 16
 _META = "table.json"
 
 
+class _ArrayRows:
+    """The row access of a RowStore table (read_range, write) over a shard held in a numpy array."""
+
+    def __init__(self, array):
+        self.array, self.num_rows, self.dim = array, array.shape[0], array.shape[1]
+
+    def read_range(self, start, stop):
+        return self.array[start:stop]
+
+    def write(self, rows, values):
+        self.array[rows] = values
+
+
 def _arrays(table, optimizer):
-    """{array name: Parameter of this rank's shard}: "values" and the optimizer's per-row state."""
-    arrays = {"values": table.shard}
+    """{array name: rows of this rank's shard}: "values" and the optimizer's per-row state, as
+    the shard's arrays or, behind a cache, its store's tables (the cache's rows written back)."""
+    if table.cache is not None:
+        table.cache.flush()
+        pairs = table.cache.row_tables()
+    else:
+        pairs = [(table.shard, _ArrayRows(table.shard.asnumpy()))]
+        if optimizer is not None:
+            pairs += [(param, _ArrayRows(param.asnumpy())) for _, param in optimizer.parameters_and_names()
+                      if param is not table.shard and tuple(param.shape) == tuple(table.shard.shape)]
+    arrays = {"values": pairs[0][1]}
     if optimizer is None:
         return arrays
-    for _, param in optimizer.parameters_and_names():
+    state = {id(param) for _, param in optimizer.parameters_and_names()}
+    for param, rows in pairs[1:]:
         kind = _state_kind(param.name, table.shard.name)
-        if param is not table.shard and kind and tuple(param.shape) == tuple(table.shard.shape):
-            arrays[kind] = param
+        if kind and id(param) in state:
+            arrays[kind] = rows
     return arrays
 
 
@@ -67,21 +93,23 @@ def _file(directory, name, rank, ranks):
     return os.path.join(directory, f"{name}.{rank}-of-{ranks}.npy")
 
 
-def _stream(array):
+def _stream(rows):
     """write(handle) for atomic_write: the .npy header, then the rows chunk by chunk (no copy of the whole)."""
     def write(handle):
-        header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False, "shape": array.shape}
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                  "shape": (rows.num_rows, rows.dim)}
         np.lib.format.write_array_header_2_0(handle, header)
-        for start in range(0, array.shape[0], _CHUNK_ROWS):
-            handle.write(np.ascontiguousarray(array[start:start + _CHUNK_ROWS]).tobytes())
+        for start in range(0, rows.num_rows, _CHUNK_ROWS):
+            chunk = rows.read_range(start, min(start + _CHUNK_ROWS, rows.num_rows))
+            handle.write(np.ascontiguousarray(chunk, np.float32).tobytes())
     return write
 
 
 def save_sharded_table(directory, table, optimizer=None):
     """Write `table`'s shard on every rank (and `optimizer`'s row state of it) under `directory`."""
     arrays = _arrays(table, optimizer)
-    for name, param in arrays.items():
-        atomic_write(_file(directory, name, table.rank, table.ranks), _stream(param.asnumpy()))
+    for name, rows in arrays.items():
+        atomic_write(_file(directory, name, table.rank, table.ranks), _stream(rows))
     barrier(table.group)
     if table.rank == 0:
         step = _global_step(optimizer) if optimizer is not None else None
@@ -133,7 +161,7 @@ def _rows_of_file(path, source, sources, rank, ranks, dim, out):
                 raise CheckpointError(f"{path}: truncated at row {start + chunk.size // dim} of {shape[0]}")
             ids = source + (start + np.arange(count, dtype=np.int64)) * sources
             mine = ids % ranks == rank
-            out[ids[mine] // ranks] = chunk.reshape(count, dim)[mine]
+            out.write(ids[mine] // ranks, chunk.reshape(count, dim)[mine])
             copied += int(mine.sum())
     return copied
 
@@ -143,10 +171,11 @@ def load_sharded_table(directory, table, optimizer=None):
     any number of ranks (see the module doc)."""
     arrays = _arrays(table, optimizer)
     meta = _read_meta(directory, table, arrays)
+    if table.cache is not None:  # the store gets the rows: nothing cached may be written over them
+        table.cache.drop_cached_rows()
     sources = int(meta["ranks"])
     step = math.gcd(sources, table.ranks)
-    for name, param in arrays.items():
-        out = param.asnumpy()
+    for name, out in arrays.items():
         copied = 0
         for source in range(sources):
             if (table.rank - source) % step:  # no id = source mod N is = rank mod M
@@ -155,8 +184,8 @@ def load_sharded_table(directory, table, optimizer=None):
             if not os.path.isfile(path):
                 raise CheckpointError(f"{path}: missing shard {source} of {sources}")
             copied += _rows_of_file(path, source, sources, table.rank, table.ranks, table.embedding_size, out)
-        if copied != out.shape[0]:
-            raise CheckpointError(f"{directory}: {name} gave {copied} of rank {table.rank}'s {out.shape[0]} rows")
+        if copied != out.num_rows:
+            raise CheckpointError(f"{directory}: {name} gave {copied} of rank {table.rank}'s {out.num_rows} rows")
     global_step = _global_step(optimizer) if optimizer is not None else None
     if global_step is not None and meta.get("global_step") is not None:
         global_step.set_data(Tensor(np.asarray(meta["global_step"], global_step.asnumpy().dtype)))

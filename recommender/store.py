@@ -3,8 +3,9 @@
     level 1  a fixed-capacity hot-row cache (`vocab_cache_size` rows): the only rows the step's
              kernels read and write (the Parameter the optimizer sees);
     level 2  the whole table and its optimizer-state tables in host memory, or
-    level 3  the same in files under `disk_dir` (tables larger than RAM), read and written row by
-             row with pread/pwrite, so none of their pages count in the process's resident memory.
+    level 3  the same in files under `disk_dir` (tables larger than RAM), read with pread, written
+             back by appending to a log (`log_rows`: sequential writes, an index of 4 bytes per
+             row in memory), so none of the files' pages count in the process's resident memory.
 
     emb = CachedEmbeddingLookup(10_000_000, 16, vocab_cache_size=200_000, cache_policy="lru")
     opt = nn.LazyAdam(emb.trainable_params(), 1e-3)
@@ -34,6 +35,7 @@ from mstrain.errors import ConfigError
 from mstrain.log import get_logger
 from mstrain.train.callback import Callback
 
+from .lru import RecencyQueue, queue_bytes
 from .row_store import RowStore
 
 __all__ = ["RowStore", "CachedEmbeddingLookup", "CacheStatistics", "EmbeddingCacheMonitor", "level1_bytes"]
@@ -69,12 +71,14 @@ def _initial_rows(param_init, dim):
     return lambda start, stop: initializer(param_init, (stop - start, dim)).asnumpy()
 
 
-def level1_bytes(vocab_size, capacity, row_bytes):
+def level1_bytes(vocab_size, capacity, row_bytes, cache_policy="lru"):
     """Level-1 bytes of a CachedEmbeddingLookup of `vocab_size` rows caching `capacity` of them,
     each cached row `row_bytes` with its optimizer state: the rows, a 4-byte slot per table row,
-    and per slot its row id (4 bytes, 8 beyond 2**31 rows) and two 4-byte clocks."""
+    per slot its row id (4 bytes, 8 beyond 2**31 rows) and two 4-byte clocks, and under LRU the
+    recency queue (`lru.queue_bytes`)."""
     row_id = 4 if vocab_size < 2 ** 31 else 8
-    return capacity * (row_bytes + row_id + 8) + vocab_size * 4
+    queue = queue_bytes(capacity) if cache_policy == "lru" else 0
+    return capacity * (row_bytes + row_id + 8) + vocab_size * 4 + queue
 
 
 def _joined(parts):
@@ -88,10 +92,12 @@ class CachedEmbeddingLookup(nn.Cell):
     """An embedding of `vocab_size` rows of which at most `vocab_cache_size` are in the Parameter
     the step trains (see the module doc). ids -> ids.shape + (embedding_size,); ids outside
     [0, vocab_size) give zero rows. `param_init`: an initializer (name or object, drawn chunk by
-    chunk) or a (vocab_size, embedding_size) array."""
+    chunk) or a (vocab_size, embedding_size) array; `fill(start, stop) -> rows`, when given,
+    makes the initial rows instead (called chunk by chunk in row order). `disk_layout`: how the
+    disk level keeps rows (`RowStore`: "log" appends, "in_place" rewrites them in one flat file)."""
 
     def __init__(self, vocab_size, embedding_size, vocab_cache_size, param_init="normal", cache_policy="lru",
-                 disk_dir=None):
+                 disk_dir=None, fill=None, disk_layout="log"):
         super().__init__()
         if not 1 <= int(vocab_cache_size) <= int(vocab_size):
             raise ConfigError(f"vocab_cache_size must be in [1, vocab_size={vocab_size}], got {vocab_cache_size}",
@@ -100,8 +106,8 @@ class CachedEmbeddingLookup(nn.Cell):
             raise ConfigError(f"cache_policy must be 'lru' or 'lfu', got {cache_policy!r}", key="cache_policy")
         self.vocab_size, self.embedding_size = int(vocab_size), int(embedding_size)
         self.capacity, self.cache_policy = int(vocab_cache_size), cache_policy
-        self.store = RowStore(self.vocab_size, self.embedding_size, disk_dir)
-        self.store.create("values", _initial_rows(param_init, self.embedding_size))
+        self.store = RowStore(self.vocab_size, self.embedding_size, disk_dir, disk_layout)
+        self.store.create("values", fill or _initial_rows(param_init, self.embedding_size))
         # every array below is zero-filled (calloc): pages become resident only once written
         self.embedding_table = Parameter(Tensor(np.zeros((self.capacity, self.embedding_size), np.float32)),
                                          name="embedding_table")
@@ -110,6 +116,7 @@ class CachedEmbeddingLookup(nn.Cell):
         self.row_of_slot = np.zeros(self.capacity, row_type)  # valid for slots < self.filled
         self.last_use = np.zeros(self.capacity, np.int32)  # the step clock: 2**31 steps are far away
         self.use_count = np.zeros(self.capacity, np.int32)
+        self._recency = RecencyQueue(self.capacity) if cache_policy == "lru" else None
         self.filled = 0  # slots [0, filled) hold rows; a slot, once filled, stays filled
         self.clock = 0
         self.statistics = CacheStatistics()
@@ -129,6 +136,8 @@ class CachedEmbeddingLookup(nn.Cell):
         suffix = "." + self.embedding_table.name
         for name, param in optimizer.parameters_and_names():
             if param is self.embedding_table or not param.name.endswith(suffix):
+                continue
+            if any(param is attached for attached, _ in self._states):
                 continue
             if tuple(param.shape) != tuple(self.embedding_table.shape):
                 continue
@@ -152,10 +161,9 @@ class CachedEmbeddingLookup(nn.Cell):
         need = count - fresh
         if need == 0:
             return empty, empty[:0]
-        if self.cache_policy == "lru":  # the batch's own rows are the most recent: never chosen
-            recency = self.last_use.copy()
-            recency[keep] = recency[empty] = self.clock + 1
-            chosen = np.argpartition(recency, need - 1)[:need]
+        if self.cache_policy == "lru":  # the batch's own rows are used again: never chosen
+            self.last_use[keep] = -1  # (their entries turn stale; this step sets their clock anew)
+            chosen = self._recency.pop_oldest(need, self.last_use)
         else:
             candidates = np.ones(self.capacity, bool)
             candidates[keep] = candidates[empty] = False
@@ -283,6 +291,8 @@ class CachedEmbeddingLookup(nn.Cell):
         slots = self.slots_of(unique)
         self.last_use[slots] = self.clock
         self.use_count[slots] += 1
+        if self._recency is not None:
+            self._recency.touch(slots, self.clock, self.last_use)
         upcoming = self._announced_after(flat) if self._upcoming else None
         if writes or upcoming is not None:
             self._start_background(writes, None if upcoming is None else self._uncached(upcoming))
@@ -332,9 +342,27 @@ class CachedEmbeddingLookup(nn.Cell):
         the per-slot row ids and clocks (`level1_bytes` of this table)."""
         arrays = [param.asnumpy() for param, _ in self._pairs()]
         arrays += [self._slot_plus_one, self.row_of_slot, self.last_use, self.use_count]
-        return sum(a.nbytes for a in arrays)
+        return sum(a.nbytes for a in arrays) + (self._recency.nbytes if self._recency is not None else 0)
 
     # -- the whole table ------------------------------------------------------------------------
+    def row_tables(self):
+        """[(Parameter of the cache, its store table)]: the values, then each attached optimizer state."""
+        return [(param, self.store.tables[name]) for param, name in self._pairs()]
+
+    def drop_cached_rows(self):
+        """Forget every cached row without writing it back (after the store was overwritten,
+        e.g. by a checkpoint load): the next steps read their rows from the store."""
+        self._finish_background()
+        self._staged = None
+        self._upcoming.clear()
+        if self.filled:
+            self._slot_plus_one[self.row_of_slot[:self.filled]] = 0
+        self.filled = 0
+        self.last_use[:] = 0
+        self.use_count[:] = 0
+        if self._recency is not None:
+            self._recency.clear()
+
     def flush(self):
         """Write every cached row (value and state) back to the store."""
         self._finish_background()
@@ -343,8 +371,8 @@ class CachedEmbeddingLookup(nn.Cell):
             self._write_back(held, self.row_of_slot[held])
 
     def full_table(self):
-        """The whole (vocab_size, embedding_size) table, current (after a flush); a read-only
-        memory map for the disk level (for checks of small tables)."""
+        """The whole (vocab_size, embedding_size) table, current (after a flush), read from the
+        store (for checks of small tables)."""
         self.flush()
         return self.store.tables["values"].whole()
 

@@ -40,7 +40,8 @@ class WideDeep(nn.Cell):
     optimizers touch only the batch's rows and a step costs the same for any table size. With
     `vocab_cache_size` they are `CachedEmbeddingLookup`s (hot rows over a host or disk store); with
     `shard_batch_ids` (a bound on one rank's distinct ids per batch) `ShardedEmbeddingLookup`s
-    sharded over the MPI ranks (train them with `sharded_train_step`).
+    sharded over the MPI ranks (train them with `sharded_train_step`), each rank's shard behind
+    its own hot-row cache when `vocab_cache_size` is set too (`disk_dir`: this rank's directory).
     """
 
     def __init__(self, num_rows, num_fields=26, num_dense=13, embed_dim=16, hidden=(256, 128, 64),
@@ -49,8 +50,11 @@ class WideDeep(nn.Cell):
         super().__init__()
         self.num_fields, self.num_dense, self.embed_dim = num_fields, num_dense, embed_dim
         if shard_batch_ids:  # level 4: tables sharded over the ranks, rows fetched by all-to-all
-            self.embedding = ShardedEmbeddingLookup(num_rows, embed_dim, shard_batch_ids, Normal(init_std))
-            self.wide_weight = ShardedEmbeddingLookup(num_rows, 1, shard_batch_ids, "zeros")
+            store = dict(vocab_cache_size=vocab_cache_size, cache_policy=cache_policy)
+            self.embedding = ShardedEmbeddingLookup(num_rows, embed_dim, shard_batch_ids, Normal(init_std),
+                                                    disk_dir=_subdir(disk_dir, "deep"), **store)
+            self.wide_weight = ShardedEmbeddingLookup(num_rows, 1, shard_batch_ids, "zeros",
+                                                      disk_dir=_subdir(disk_dir, "wide"), **store)
         elif vocab_cache_size:
             self.embedding = CachedEmbeddingLookup(num_rows, embed_dim, vocab_cache_size, Normal(init_std),
                                                    cache_policy, _subdir(disk_dir, "deep"))
@@ -73,6 +77,16 @@ class WideDeep(nn.Cell):
         """{name: CachedEmbeddingLookup} of the tables kept in the embedding store (none without a cache)."""
         return {name: cell for name, cell in (("deep", self.embedding), ("wide", self.wide_weight))
                 if isinstance(cell, CachedEmbeddingLookup)}
+
+    def table_caches(self):
+        """{name: CachedEmbeddingLookup} of every hot-row cache: the tables' own, or (sharded
+        tables) the caches of this rank's shards; their statistics are the job's."""
+        caches = {}
+        for name, cell in (("deep", self.embedding), ("wide", self.wide_weight)):
+            cache = cell.cache if isinstance(cell, ShardedEmbeddingLookup) else cell
+            if isinstance(cache, CachedEmbeddingLookup):
+                caches[name] = cache
+        return caches
 
     def attach_optimizers(self, wide_optimizer, deep_optimizer):
         """Let cached tables move their optimizer state with their rows."""

@@ -58,7 +58,7 @@ def _rss_file_kb():
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
 def test_file_table_pages_do_not_become_resident(tmp_path):
     rows = 1 << 20  # a 20 MB file, every 4 KB page touched below
-    store = RowStore(rows, DIM, disk_dir=str(tmp_path))
+    store = RowStore(rows, DIM, disk_dir=str(tmp_path), disk_layout="in_place")
     table = store.create("values", lambda start, stop: np.zeros((stop - start, DIM), np.float32))
     assert os.stat(tmp_path / "values.f32").st_blocks == 0  # zero chunks are not written: sparse
     before = _rss_file_kb()

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import mstrain as ms
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "sharded_train.py"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -53,6 +55,47 @@ def test_sharded_training_equals_one_whole_table(tmp_path, whole, ranks):
     np.testing.assert_array_equal(got["bytes"], _analytic_bytes(ranks))
 
 
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_sharded_tables_behind_a_cache_and_disk_equal_one_whole_table(tmp_path, whole, ranks):
+    """All four levels at once: each rank's shard in files, 48 rows of it hot (one batch's ids)."""
+    options = ["--cache", "48", "--disk", str(tmp_path / "store")]
+    if ranks == 1:
+        _run([sys.executable, str(SCRIPT), str(tmp_path), *options])
+    else:
+        if not MPIEXEC.exists():
+            pytest.skip("mpiexec is not installed")
+        _run([str(MPIEXEC), "-n", str(ranks), sys.executable, str(SCRIPT), str(tmp_path), *options])
+    got = dict(np.load(tmp_path / "result.npz"))
+    rows_in, rows_out = got["rows_moved"]
+    assert rows_out > 0 and rows_in > rows_out  # the caches evicted rows to the files and read them back
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == [f"rank{r}" for r in range(ranks)]
+    np.testing.assert_allclose(got["losses"], whole["losses"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got["table"], whole["table"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got["head"], whole["head"], rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(got["bytes"], _analytic_bytes(ranks))
+
+
+@pytest.mark.parametrize("rank,ranks", [(0, 1), (1, 3), (2, 3)])
+def test_shard_rows_drawn_from_the_whole_tables_stream(monkeypatch, rank, ranks):
+    """A rank's shard (cached or not) holds exactly its rows of the table one process would draw
+    chunk by chunk, and leaves the random state where that process does."""
+    from mstrain.common.initializer import Normal
+    from mstrain.recommender import sharded
+    from mstrain.recommender.store import CachedEmbeddingLookup
+    monkeypatch.setattr(sharded, "_INIT_CHUNK_ROWS", 7)
+    ms.set_seed(3)
+    whole = np.concatenate([ms.common.initializer.initializer(Normal(0.1), (n, 2)).asnumpy() for n in (7, 7, 6)])
+    after = ms.common.initializer.initializer(Normal(0.1), (1,)).asnumpy()
+    ms.set_seed(3)
+    fill = sharded._ShardFill(Normal(0.1), 20, 2, rank, ranks)
+    cached = CachedEmbeddingLookup(fill.local_rows, 2, 2, fill=fill)
+    fill.finish()
+    np.testing.assert_array_equal(cached.full_table(), whole[rank::ranks])
+    np.testing.assert_array_equal(ms.common.initializer.initializer(Normal(0.1), (1,)).asnumpy(), after)
+    with pytest.raises(ValueError, match="asked for row 0, next is"):
+        fill(0, 1)
+
+
 def _analytic_bytes(ranks):
     """(forward, backward) bytes all ranks send over the run: every distinct id of a rank's batch
     owned by another rank (R of them) costs 8 bytes of id and 4 * DIM of row forward, 4 * DIM of
@@ -91,13 +134,15 @@ def test_widedeep_job_with_sharded_tables_on_two_ranks(tmp_path, repo_root):
 CHECKPOINT_SCRIPT = Path(__file__).resolve().parent / "scripts" / "sharded_checkpoint.py"
 
 
-@pytest.mark.parametrize("saved,resumed", [(2, 4), (4, 2)])
-def test_checkpoint_saved_on_n_ranks_resumes_on_m(tmp_path, whole, saved, resumed):
+@pytest.mark.parametrize("saved,resumed,store", [(2, 4, []), (4, 2, []), (2, 4, ["--cache", "48", "--disk"])])
+def test_checkpoint_saved_on_n_ranks_resumes_on_m(tmp_path, whole, saved, resumed, store):
     if not MPIEXEC.exists():
         pytest.skip("mpiexec is not installed")
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    store = store + [str(tmp_path / "store")] if store else []
     for ranks, mode in ((saved, "save"), (resumed, "resume")):
-        _run([str(MPIEXEC), "-n", str(ranks), sys.executable, str(CHECKPOINT_SCRIPT), str(out), str(ckpt), mode])
+        _run([str(MPIEXEC), "-n", str(ranks), sys.executable, str(CHECKPOINT_SCRIPT), str(out), str(ckpt), mode,
+              *store])
     files = sorted(p.name for p in (ckpt / "table").iterdir())
     assert files == sorted([f"{a}.{r}-of-{saved}.npy" for a in ("values", "moment1", "moment2")
                             for r in range(saved)] + ["table.json"])
@@ -130,3 +175,47 @@ def test_checkpoint_streams_in_chunks_and_errors_name_the_problem(tmp_path, monk
     (tmp_path / "ckpt" / "values.0-of-1.npy").write_bytes((tmp_path / "ckpt" / "values.0-of-1.npy").read_bytes()[:-8])
     with pytest.raises(CheckpointError, match="truncated at row 9 of 10"):
         load_sharded_table(tmp_path / "ckpt", table)
+
+
+def _widedeep(tmp_path, ranks, out, *overrides):
+    """Run the widedeep job with sharded tables (no dropout) on `ranks` ranks; its history."""
+    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "mstrain.cli", "--config",
+           "configs/widedeep_criteo.yaml", f"data.records_dir={tmp_path}/records", f"train.output_dir={out}",
+           "train.batch_size=512", "model.hidden=[32]", "model.dropout=0", "model.shard_tables=true", *overrides]
+    _run(cmd, timeout=240)
+    return json.loads((out / "history.json").read_text())
+
+
+def test_widedeep_job_resumes_a_two_rank_checkpoint_on_four_ranks(tmp_path):
+    """Saved mid-epoch on 2 ranks (each shard behind a cache, in files), resumed on 4 (another
+    cache size): every epoch's loss, test AUC and logloss equal the uninterrupted 2-rank run."""
+    if not MPIEXEC.exists():
+        pytest.skip("mpiexec is not installed")
+    ckpt = tmp_path / "ckpt"
+    whole = _widedeep(tmp_path, 2, tmp_path / "whole", "train.epochs=2")
+    _widedeep(tmp_path, 2, tmp_path / "first", "train.epochs=1", f"train.checkpoint_dir={ckpt}",
+              "train.checkpoint_steps=5", "train.checkpoint_keep=2", "model.vocab_cache_size=600",
+              f"model.disk_dir={tmp_path}/store")
+    saved = sorted(p.name for p in ckpt.iterdir())
+    assert saved == ["latest.json", "step-00000010", "step-00000015"]  # 15 steps: every 5th, the newest 2
+    assert json.loads((ckpt / "latest.json").read_text())["directory"] == "step-00000015"
+    assert sorted(p.name for p in (ckpt / "step-00000010" / "wide").iterdir()) == sorted(
+        [f"{a}.{r}-of-2.npy" for a in ("values", "accum", "linear") for r in range(2)] + ["table.json"])
+    resumed = _widedeep(tmp_path, 4, tmp_path / "resumed", "train.epochs=2", f"train.checkpoint_dir={ckpt}",
+                        "train.resume=" + str(ckpt / "step-00000010"), "model.vocab_cache_size=300")
+    assert [r["epoch"] for r in resumed] == [1, 2] and [r["step"] for r in resumed] == [15, 30]
+    for got, want in zip(resumed, whole):
+        for key in ("train_loss", "test_auc", "test_logloss"):
+            assert abs(got[key] - want[key]) <= 1e-6, (got, want)
+    assert abs(whole[1]["test_auc"] - whole[0]["test_auc"]) > 1e-3  # the second epoch changed the model
+
+
+def test_widedeep_checkpoint_keys_need_sharded_tables(mstrain, repo_root, tmp_path, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    code, _, err = mstrain("--config", "widedeep_criteo", f"train.checkpoint_dir={tmp_path}/ckpt",
+                           f"data.records_dir={tmp_path}/r", f"train.output_dir={tmp_path}/o")
+    assert code == 2 and "train.checkpoint_dir" in err and "model.shard_tables=true" in err
+    code, _, err = mstrain("--config", "widedeep_criteo", "model.shard_tables=true", "train.resume=latest",
+                           f"train.checkpoint_dir={tmp_path}/ckpt", f"data.records_dir={tmp_path}/r",
+                           f"train.output_dir={tmp_path}/o")
+    assert code == 2 and f"{tmp_path}/ckpt/latest.json: no such file" in err

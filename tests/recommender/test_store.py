@@ -50,21 +50,24 @@ OPTIMIZERS = {
 
 
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
-@pytest.mark.parametrize("policy,capacity,disk", [("lru", BATCH * FIELDS, False), ("lfu", 40, False),
-                                                  ("lru", 64, True)])
+@pytest.mark.parametrize("policy,capacity,disk", [("lru", BATCH * FIELDS, None), ("lfu", 40, None),
+                                                  ("lru", 64, "log"), ("lfu", 40, "in_place")])
 def test_cached_training_equals_the_whole_table(tmp_path, optimizer, policy, capacity, disk):
     init = np.random.default_rng(1).normal(scale=0.1, size=(ROWS, DIM)).astype(np.float32)
     whole = nn.EmbeddingLookup(ROWS, DIM, param_init=init)
     reference = _train(whole, OPTIMIZERS[optimizer], 100)
     cached = CachedEmbeddingLookup(ROWS, DIM, vocab_cache_size=capacity, param_init=init, cache_policy=policy,
-                                   disk_dir=str(tmp_path / "store") if disk else None)
+                                   disk_dir=str(tmp_path / "store") if disk else None, disk_layout=disk or "log")
     losses = _train(cached, OPTIMIZERS[optimizer], 100)
     np.testing.assert_allclose(losses, reference, rtol=0, atol=1e-6)
     np.testing.assert_allclose(cached.full_table(), whole.embedding_table.asnumpy(), rtol=0, atol=1e-6)
     stats = cached.statistics
     assert stats.rows_out > 0 and stats.hits > 0 and stats.rows_in == stats.misses
-    if disk:
+    if disk == "in_place":
         assert (tmp_path / "store" / "values.f32").stat().st_size == ROWS * DIM * 4
+    elif disk == "log":  # the base file holds the initial rows, the log every row written back since
+        assert (tmp_path / "store" / "values.base").stat().st_size == ROWS * DIM * 4
+        assert cached.store.tables["values"].disk_bytes >= stats.rows_out * (DIM + 2) * 4
 
 
 def test_lru_and_lfu_evict_what_they_say():
@@ -173,3 +176,31 @@ def test_rows_evicted_and_needed_next_are_staged_after_their_write_back(tmp_path
     np.testing.assert_allclose(results[1][1], results[0][1], rtol=0, atol=1e-6)
     assert embedding.statistics.rows_out == (len(batches) - 1) * BATCH * FIELDS
     assert embedding.statistics.rows_staged == (len(batches) - 1) * BATCH * FIELDS
+
+
+def test_recency_queue_pops_what_a_full_sort_by_last_use_gives():
+    """The LRU queue against a numpy reference: the `count` slots with the oldest last use
+    (ties by the order of use), over many steps of random touches, through compactions."""
+    from mstrain.recommender.lru import RecencyQueue
+    rng = np.random.default_rng(0)
+    capacity = 50
+    queue, last_use = RecencyQueue(capacity), np.full(capacity, -1, np.int32)
+    order = np.zeros(capacity, np.int64)  # reference: a global sequence number of each slot's last use
+    sequence = 0
+    for clock in range(1, 400):
+        used = rng.choice(capacity, size=rng.integers(1, 12), replace=False)
+        count = int(rng.integers(0, 5))
+        if clock > 10 and count:
+            evictable = np.setdiff1d(np.flatnonzero(last_use >= 0), used)
+            want = evictable[np.argsort(order[evictable], kind="stable")][:count]
+            saved = last_use[used].copy()
+            last_use[used] = -1
+            got = queue.pop_oldest(count, last_use)
+            last_use[used] = saved
+            np.testing.assert_array_equal(got, want)
+            used = np.concatenate([used, got])  # the evicted slots are refilled and used this step
+        last_use[used] = clock
+        order[used] = sequence + np.arange(used.size)
+        sequence += used.size
+        queue.touch(used, clock, last_use)
+    assert queue.slots.size == capacity + 1024  # compacted in place, never grown

@@ -143,7 +143,7 @@ def test_cached_and_disk_tables_train_the_same_model(mstrain, repo_root, tmp_pat
     stats = cached["embedding_cache"]["wide"]
     assert stats["rows_out"] > 0 and 0 < stats["hit_rate"] < 1
     assert 0 < stats["rows_staged"] < stats["misses"]  # all but the first batch's misses were prefetched
-    assert (tmp_path / "disk" / "deep" / "moment1.f32").exists()
+    assert (tmp_path / "disk" / "deep" / "moment1.base").exists()
     code, _, err = mstrain(*common, f"train.output_dir={tmp_path}/adam", "model.vocab_cache_size=700",
                            "optimizer.deep=adam")
     assert code == 2 and "not Adam" in err

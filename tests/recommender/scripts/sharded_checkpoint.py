@@ -1,6 +1,6 @@
 """Train the sharded_train.py model for half its steps on the ranks of this run and checkpoint it
 (`save`), or load such a checkpoint (saved on any rank count) and train the second half
-(`resume`); argv: out ckpt_dir save|resume. Rank 0 of a resume saves the second half's losses,
+(`resume`); argv: out ckpt_dir save|resume [--cache ROWS] [--disk DIR] (as sharded_train.py). Rank 0 of a resume saves the second half's losses,
 the final table and head."""
 import sys
 from pathlib import Path
@@ -15,7 +15,7 @@ from mstrain import Tensor, nn  # noqa: E402
 from mstrain import communication as comm  # noqa: E402
 from mstrain.recommender.sharded import ShardedEmbeddingLookup, ShardedTrainStep  # noqa: E402
 from mstrain.recommender.sharded_checkpoint import load_sharded_table, save_sharded_table  # noqa: E402
-from sharded_train import BATCH, DIM, FIELDS, ROWS, STEPS, Net, data  # noqa: E402
+from sharded_train import BATCH, DIM, FIELDS, ROWS, STEPS, Net, data, store_options  # noqa: E402
 
 HALF = STEPS // 2
 
@@ -26,7 +26,7 @@ def main():
     rank, ranks = comm.get_rank(), comm.get_group_size()
     init, ids, ys = data()
     embedding = ShardedEmbeddingLookup(ROWS, DIM, max_batch_ids=BATCH * FIELDS,
-                                       param_init=init if mode == "save" else "zeros")
+                                       param_init=init if mode == "save" else "zeros", **store_options(rank))
     net = Net(embedding)
     dense = nn.LazyAdam(net.head.trainable_params(), learning_rate=0.01)
     table_optimizer = nn.LazyAdam([embedding.shard], learning_rate=0.01)
@@ -41,7 +41,7 @@ def main():
     losses = []
     for k in range(HALF) if mode == "save" else range(HALF, STEPS):
         loss = float(step(Tensor(ids[k][part]), Tensor(ys[k][part])).asnumpy())
-        losses.append(comm.all_reduce_array(np.array([loss]))[0] / ranks)
+        losses.append(loss)
     if mode == "save":
         save_sharded_table(ckpt / "table", embedding, table_optimizer)
         if rank == 0:

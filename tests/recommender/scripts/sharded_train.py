@@ -1,6 +1,7 @@
 """Train a table + dense head for STEPS steps with the table sharded over the ranks (or, with
---whole, one process with the whole table and the whole batch); argv: out [--whole]. Rank 0
-saves the global losses and the final table."""
+--whole, one process with the whole table and the whole batch); argv: out [--whole]
+[--cache ROWS] [--disk DIR] (each rank's shard behind a hot-row cache of ROWS rows, kept in
+files under DIR/rank<r>). Rank 0 saves the global losses and the final table."""
 import sys
 from pathlib import Path
 
@@ -36,6 +37,17 @@ def data():
     return init, ids, ys
 
 
+def _option(name, default=None):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def store_options(rank):
+    """ShardedEmbeddingLookup keywords of --cache / --disk for `rank`."""
+    disk = _option("--disk")
+    return {"vocab_cache_size": int(_option("--cache", 0)),
+            "disk_dir": None if disk is None else str(Path(disk) / f"rank{rank}")}
+
+
 def main():
     out, whole = Path(sys.argv[1]), "--whole" in sys.argv
     comm.init()
@@ -47,7 +59,8 @@ def main():
         step = nn.TrainOneStepCell(net, nn.LazyAdam(net.trainable_params(), learning_rate=0.01))
         part = slice(None)
     else:
-        embedding = ShardedEmbeddingLookup(ROWS, DIM, max_batch_ids=BATCH * FIELDS, param_init=init)
+        embedding = ShardedEmbeddingLookup(ROWS, DIM, max_batch_ids=BATCH * FIELDS, param_init=init,
+                                           **store_options(rank))
         net = Net(embedding)
         dense = nn.LazyAdam(net.head.trainable_params(), learning_rate=0.01)
         step = ShardedTrainStep(net, dense, {embedding: nn.LazyAdam([embedding.shard], learning_rate=0.01)})
@@ -56,14 +69,17 @@ def main():
     losses = []
     for k in range(STEPS):
         loss = float(step(Tensor(ids[k][part]), Tensor(ys[k][part])).asnumpy())
-        losses.append(comm.all_reduce_array(np.array([loss]))[0] / (1 if whole else ranks))
+        losses.append(loss)
     table = embedding.embedding_table.asnumpy() if whole else embedding.full_table()
-    if not whole:  # bytes all ranks sent, forward and backward
+    if not whole:  # bytes all ranks sent, forward and backward; hit rate of the caches
         sent = comm.all_reduce_array(np.array([embedding.statistics["bytes_forward"],
                                                embedding.statistics["bytes_backward"]], np.float64))
+        cache = embedding.cache.statistics if embedding.cache is not None else None
+        moved = comm.all_reduce_array(np.array([0, 0] if cache is None else [cache.rows_in, cache.rows_out],
+                                               np.float64))
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        extra = {} if whole else {"bytes": sent}
+        extra = {} if whole else {"bytes": sent, "rows_moved": moved}
         np.savez(out / "result.npz", losses=np.array(losses), table=table, head=net.head.weight.asnumpy(), **extra)
 
 
