@@ -1,0 +1,186 @@
+// Direct float32 convolution at stride 1 (one group), for the small planes where im2col costs as much
+// as the product: a 7x7 plane's im2col row is 49 floats, so building the columns is tens of thousands
+// of tiny copies per batch. Here each sample is copied once into zero-padded planes, and a window tap
+// (i, j) of the kernel is the same planes read from offset i * dh * row + j * dw: the convolution is
+// kh * kw accumulated small GEMMs (small_gemm.h) whose B rows are the shifted padded planes. Outputs
+// are computed on the padded row width (the columns past OW are junk and dropped when copied out).
+//     forward      out_grid (O x OH*Wp)  = sum_t W[:, :, t] (O x C) @ shift_t(x_padded) (C x OH*Wp)
+//     input grad   dx_grid  (C x H*Wq)   = sum_t W[:, :, T-1-t]^T (C x O) @ shift_t(grad_padded) (O x H*Wq)
+//     filter grad  dW[:, :, t]^T (C x O) = sum over samples of shift_t(x_padded) (C x OH*Wp) @ grad_grid^T
+// Sums run in a fixed order (taps, then channels; the filter gradient in fixed blocks of samples), so
+// the results do not depend on the thread count.
+// Included by conv.cpp after for_each_chunk, max_slots and kFilterBlock, which it uses.
+#pragma once
+
+#include <cstring>
+#include <vector>
+
+#include "small_gemm.h"
+#include "window_geometry.h"
+
+namespace mstrain {
+namespace direct {
+
+// `channels` planes of rows x cols floats, each followed by `slack` zeros (the shifted reads of the
+// last row run up to (kw - 1) * dw past the plane).
+struct PaddedPlanes {
+    int64_t rows, cols, stride;
+    PaddedPlanes(int64_t rows_, int64_t cols_, int64_t slack) : rows(rows_), cols(cols_), stride(rows_ * cols_ + slack) {}
+};
+
+// Copies `channels` planes of h x w into the interior of padded planes at (top, left); the border
+// stays as it was (zero: the buffers start zeroed and only interiors are ever written).
+inline void copy_interior(const float* src, int64_t channels, int64_t h, int64_t w, float* dst,
+                          const PaddedPlanes& p, int64_t top, int64_t left) {
+    for (int64_t ch = 0; ch < channels; ++ch) {
+        for (int64_t r = 0; r < h; ++r) {
+            std::memcpy(dst + ch * p.stride + (r + top) * p.cols + left, src + (ch * h + r) * w, sizeof(float) * w);
+        }
+    }
+}
+
+// Copies the first `w` columns of each grid row (width `grid_w`) out to dense h x w planes.
+inline void copy_valid(const float* grid, int64_t channels, int64_t h, int64_t w, int64_t grid_w, float* dst) {
+    for (int64_t ch = 0; ch < channels; ++ch) {
+        for (int64_t r = 0; r < h; ++r) {
+            std::memcpy(dst + (ch * h + r) * w, grid + (ch * h + r) * grid_w, sizeof(float) * w);
+        }
+    }
+}
+
+// Stride 1, one group, padding below / right in [0, (k - 1) * d] (so the input gradient's padded
+// planes hold all of the output gradient), AVX2 or AVX-512 present.
+inline bool usable(const Geometry& g, int64_t groups) {
+    if (groups != 1 || g.sh != 1 || g.sw != 1 || !small_gemm::available()) return false;
+    const int64_t span_h = (g.kh - 1) * g.dh, span_w = (g.kw - 1) * g.dw;
+    const int64_t pb = g.oh + span_h - g.h - g.pt, pr = g.ow + span_w - g.w - g.pl;
+    return pb >= 0 && pr >= 0 && g.pt <= span_h && pb <= span_h && g.pl <= span_w && pr <= span_w;
+}
+
+// The forward input layout: x padded to (OH + span_h) x (OW + span_w).
+inline PaddedPlanes forward_planes(const Geometry& g) {
+    return PaddedPlanes(g.oh + (g.kh - 1) * g.dh, g.ow + (g.kw - 1) * g.dw, (g.kw - 1) * g.dw);
+}
+
+inline int64_t tap_offset(const Geometry& g, int64_t tap, int64_t row) {
+    return (tap / g.kw) * g.dh * row + (tap % g.kw) * g.dw;
+}
+
+// The weights tap-major: w_t[t] is (O x C) when `o_rows`, else (C x O), holding w[o, c, tap t], or tap
+// kh*kw-1-t when `flip` (the input gradient's kernel). Each tap's operand is then unit-stride rows (read
+// in place at a stride of kh * kw floats, the GEMM stalls on the L2).
+inline std::vector<float> tap_major(const float* w, int64_t o, int64_t c, int64_t taps, bool o_rows, bool flip) {
+    std::vector<float> packed(taps * o * c);
+    for (int64_t oc = 0; oc < o; ++oc) {
+        for (int64_t ch = 0; ch < c; ++ch) {
+            for (int64_t t = 0; t < taps; ++t) {
+                const int64_t tap = flip ? taps - 1 - t : t;
+                packed[t * o * c + (o_rows ? oc * c + ch : ch * o + oc)] = w[(oc * c + ch) * taps + tap];
+            }
+        }
+    }
+    return packed;
+}
+
+// Positions as the GEMM's rows (out^T = sum_t shift_t(x)^T @ W_t^T) when the plane is small and the
+// channels fill whole vectors: the product's columns are then the channels, and a 7x7 plane's 63 grid
+// positions no longer run as one full, one half and one masked vector per row of channels.
+inline bool positions_as_rows(int64_t grid, int64_t columns) { return grid < 256 && columns % 32 == 0; }
+
+// acc (grid x cols, or cols x grid) = sum_t  w_t[t] (cols x k) @ shift_t(planes) (k x grid), over `taps`.
+inline void shifted_products(const Geometry& g, const float* w_t, int64_t cols, int64_t k, const float* planes,
+                             const PaddedPlanes& pad, int64_t grid, float* acc, bool transposed) {
+    for (int64_t t = 0; t < g.kh * g.kw; ++t) {
+        const float* b = planes + tap_offset(g, t, pad.cols);
+        if (transposed) {
+            small_gemm::gemm(grid, cols, k, b, 1, pad.stride, w_t + t * cols * k, cols, acc, cols, t > 0);
+        } else {
+            small_gemm::gemm(cols, grid, k, w_t + t * cols * k, k, 1, b, pad.stride, acc, grid, t > 0);
+        }
+    }
+}
+
+// Copies the valid h x w part of acc (channels x grid rows of grid_w, or transposed) to dense planes.
+inline void copy_out(const float* acc, int64_t channels, int64_t h, int64_t w, int64_t grid_w, float* dst,
+                     bool transposed) {
+    if (!transposed) return copy_valid(acc, channels, h, w, grid_w, dst);
+    for (int64_t ch = 0; ch < channels; ++ch) {
+        for (int64_t r = 0; r < h; ++r) {
+            for (int64_t q = 0; q < w; ++q) dst[(ch * h + r) * w + q] = acc[(r * grid_w + q) * channels + ch];
+        }
+    }
+}
+
+inline void forward(const float* x, const float* w, float* out, const Geometry& g, int64_t o) {
+    const PaddedPlanes pad = forward_planes(g);
+    const int64_t taps = g.kh * g.kw, grid = g.oh * pad.cols, per_slot = g.c * pad.stride + o * grid;
+    const bool transposed = positions_as_rows(grid, o);
+    const std::vector<float> w_t = tap_major(w, o, g.c, taps, !transposed, false);
+    std::vector<float> work(max_slots() * per_slot, 0.0f);
+    for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
+        float* xp = work.data() + slot * per_slot;
+        float* acc = xp + g.c * pad.stride;
+        copy_interior(x + n0 * g.c * g.in_plane(), g.c, g.h, g.w, xp, pad, g.pt, g.pl);
+        shifted_products(g, w_t.data(), o, g.c, xp, pad, grid, acc, transposed);
+        copy_out(acc, o, g.oh, g.ow, pad.cols, out + n0 * o * g.out_plane(), transposed);
+    });
+}
+
+// The output gradient sits in planes of (H + span_h) x (W + span_w) at (span_h - pt, span_w - pl), so
+// tap t of the flipped kernel reads it from offset tap_offset(t): dx[y, x] gets w[.., i, j] *
+// grad[y + pt - i dh, x + pl - j dw].
+inline void backward_input(const float* grad, const float* w, float* dx, const Geometry& g, int64_t o) {
+    const int64_t span_h = (g.kh - 1) * g.dh, span_w = (g.kw - 1) * g.dw;
+    const PaddedPlanes pad(g.h + span_h, g.w + span_w, span_w);
+    const int64_t taps = g.kh * g.kw, grid = g.h * pad.cols, per_slot = o * pad.stride + g.c * grid;
+    const bool transposed = positions_as_rows(grid, g.c);
+    const std::vector<float> w_t = tap_major(w, o, g.c, taps, transposed, true);
+    std::vector<float> work(max_slots() * per_slot, 0.0f);
+    for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
+        float* gp = work.data() + slot * per_slot;
+        float* acc = gp + o * pad.stride;
+        copy_interior(grad + n0 * o * g.out_plane(), o, g.oh, g.ow, gp, pad, span_h - g.pt, span_w - g.pl);
+        shifted_products(g, w_t.data(), g.c, o, gp, pad, grid, acc, transposed);
+        copy_out(acc, g.c, g.h, g.w, pad.cols, dx + n0 * g.c * g.in_plane(), transposed);
+    });
+}
+
+// Per block of kFilterBlock samples, per tap: dW_t^T (C x O) += shift_t(x_padded) @ grad_grid^T, with
+// grad_grid^T (OH*Wp x O) zero in the junk rows; the blocks are summed in order.
+inline void backward_filter(const float* x, const float* grad, float* dw, const Geometry& g, int64_t o) {
+    const PaddedPlanes pad = forward_planes(g);
+    const int64_t taps = g.kh * g.kw, grid = g.oh * pad.cols, per_slot = g.c * pad.stride + grid * o;
+    const int64_t blocks = (g.n + kFilterBlock - 1) / kFilterBlock, part = taps * g.c * o;
+    std::vector<float> work(max_slots() * per_slot, 0.0f), parts(blocks * part);
+    for_each_chunk(g.n, kFilterBlock, [&](int64_t n0, int64_t b, int slot) {
+        float* xp = work.data() + slot * per_slot;
+        float* grad_t = xp + g.c * pad.stride;
+        float* dw_t = parts.data() + (n0 / kFilterBlock) * part;
+        for (int64_t s = 0; s < b; ++s) {
+            copy_interior(x + (n0 + s) * g.c * g.in_plane(), g.c, g.h, g.w, xp, pad, g.pt, g.pl);
+            const float* gs = grad + (n0 + s) * o * g.out_plane();
+            for (int64_t ch = 0; ch < o; ++ch) {
+                for (int64_t r = 0; r < g.oh; ++r) {
+                    for (int64_t q = 0; q < g.ow; ++q) grad_t[(r * pad.cols + q) * o + ch] = gs[(ch * g.oh + r) * g.ow + q];
+                }
+            }
+            for (int64_t t = 0; t < taps; ++t) {
+                small_gemm::gemm(g.c, o, grid, xp + tap_offset(g, t, pad.cols), pad.stride, 1, grad_t, o,
+                                 dw_t + t * g.c * o, o, s > 0);
+            }
+        }
+    });
+    float* total = parts.data();
+    for (int64_t block = 1; block < blocks; ++block) {
+        const float* add = parts.data() + block * part;
+        for (int64_t i = 0; i < part; ++i) total[i] += add[i];
+    }
+    for (int64_t oc = 0; oc < o; ++oc) {
+        for (int64_t ch = 0; ch < g.c; ++ch) {
+            for (int64_t t = 0; t < taps; ++t) dw[(oc * g.c + ch) * taps + t] = total[(t * g.c + ch) * o + oc];
+        }
+    }
+}
+
+}  // namespace direct
+}  // namespace mstrain
