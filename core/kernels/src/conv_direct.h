@@ -83,31 +83,41 @@ inline std::vector<float> tap_major(const float* w, int64_t o, int64_t c, int64_
 }
 
 // Positions as the GEMM's rows (out^T = sum_t shift_t(x)^T @ W_t^T) when the plane is small and the
-// channels fill whole vectors: the product's columns are then the channels, and a 7x7 plane's 63 grid
-// positions no longer run as one full, one half and one masked vector per row of channels.
+// channels fill whole vectors: the product's columns are then the channels, a 7x7 plane no longer runs
+// as one full, one half and one masked vector per row of channels, and with one product per output row
+// the junk columns of the padded width are not computed at all.
 inline bool positions_as_rows(int64_t grid, int64_t columns) { return grid < 256 && columns % 32 == 0; }
 
-// acc (grid x cols, or cols x grid) = sum_t  w_t[t] (cols x k) @ shift_t(planes) (k x grid), over `taps`.
+// acc = sum_t  w_t[t] (cols x k) @ shift_t(planes) (k x grid), all taps summed in the GEMM's registers:
+// (cols x grid), or transposed (out_h * out_w x cols, the valid positions only).
 inline void shifted_products(const Geometry& g, const float* w_t, int64_t cols, int64_t k, const float* planes,
-                             const PaddedPlanes& pad, int64_t grid, float* acc, bool transposed) {
-    for (int64_t t = 0; t < g.kh * g.kw; ++t) {
-        const float* b = planes + tap_offset(g, t, pad.cols);
-        if (transposed) {
-            small_gemm::gemm(grid, cols, k, b, 1, pad.stride, w_t + t * cols * k, cols, acc, cols, t > 0);
-        } else {
-            small_gemm::gemm(cols, grid, k, w_t + t * cols * k, k, 1, b, pad.stride, acc, grid, t > 0);
+                             const PaddedPlanes& pad, int64_t out_h, int64_t out_w, float* acc, bool transposed) {
+    const int64_t taps = g.kh * g.kw;
+    std::vector<int64_t> weight_at(taps), plane_at(taps);
+    for (int64_t t = 0; t < taps; ++t) {
+        weight_at[t] = t * cols * k;
+        plane_at[t] = tap_offset(g, t, pad.cols);
+    }
+    if (transposed) {
+        const small_gemm::Taps offsets{int(taps), plane_at.data(), weight_at.data()};
+        for (int64_t r = 0; r < out_h; ++r) {
+            small_gemm::gemm_taps(out_w, cols, k, offsets, planes + r * pad.cols, 1, pad.stride, w_t, cols,
+                                  acc + r * out_w * cols, cols, false);
         }
+    } else {
+        const small_gemm::Taps offsets{int(taps), weight_at.data(), plane_at.data()};
+        const int64_t grid = out_h * pad.cols;
+        small_gemm::gemm_taps(cols, grid, k, offsets, w_t, k, 1, planes, pad.stride, acc, grid, false);
     }
 }
 
-// Copies the valid h x w part of acc (channels x grid rows of grid_w, or transposed) to dense planes.
+// Copies acc to dense h x w planes: its valid part (channels x grid rows of grid_w), or, transposed,
+// all of it (h * w positions x channels).
 inline void copy_out(const float* acc, int64_t channels, int64_t h, int64_t w, int64_t grid_w, float* dst,
                      bool transposed) {
     if (!transposed) return copy_valid(acc, channels, h, w, grid_w, dst);
     for (int64_t ch = 0; ch < channels; ++ch) {
-        for (int64_t r = 0; r < h; ++r) {
-            for (int64_t q = 0; q < w; ++q) dst[(ch * h + r) * w + q] = acc[(r * grid_w + q) * channels + ch];
-        }
+        for (int64_t q = 0; q < h * w; ++q) dst[ch * h * w + q] = acc[q * channels + ch];
     }
 }
 
@@ -121,7 +131,7 @@ inline void forward(const float* x, const float* w, float* out, const Geometry& 
         float* xp = work.data() + slot * per_slot;
         float* acc = xp + g.c * pad.stride;
         copy_interior(x + n0 * g.c * g.in_plane(), g.c, g.h, g.w, xp, pad, g.pt, g.pl);
-        shifted_products(g, w_t.data(), o, g.c, xp, pad, grid, acc, transposed);
+        shifted_products(g, w_t.data(), o, g.c, xp, pad, g.oh, g.ow, acc, transposed);
         copy_out(acc, o, g.oh, g.ow, pad.cols, out + n0 * o * g.out_plane(), transposed);
     });
 }
@@ -140,7 +150,7 @@ inline void backward_input(const float* grad, const float* w, float* dx, const G
         float* gp = work.data() + slot * per_slot;
         float* acc = gp + o * pad.stride;
         copy_interior(grad + n0 * o * g.out_plane(), o, g.oh, g.ow, gp, pad, span_h - g.pt, span_w - g.pl);
-        shifted_products(g, w_t.data(), g.c, o, gp, pad, grid, acc, transposed);
+        shifted_products(g, w_t.data(), g.c, o, gp, pad, g.h, g.w, acc, transposed);
         copy_out(acc, g.c, g.h, g.w, pad.cols, dx + n0 * g.c * g.in_plane(), transposed);
     });
 }
