@@ -97,7 +97,8 @@ def peer_batches(seed, epochs, batch, train_size):
 
 
 def train(epochs, batch, sink, seed, init=None, profile=False):
-    """(images/s, test accuracy); with `init` (the peer's initial state) the peer's batches too."""
+    """(images/s, test accuracy, CPU ms per step (all threads: on a shared machine steadier than the
+    wall time)); with `init` (the peer's initial state) the peer's batches too."""
     import mstrain as ms
     from mstrain import dataset as ds
     from mstrain import nn
@@ -124,17 +125,17 @@ def train(epochs, batch, sink, seed, init=None, profile=False):
         warm, epoch_sets = batches(warm_order), [batches(order) for order in orders]
     model.train(1, warm, dataset_sink_mode=sink)  # warm-up (and the compile in sink mode)
     profiler = ms.Profiler(output_path=os.path.join("outputs", "resnet_tiny_profile")) if profile else None
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     if init is None:
         model.train(epochs, epoch_sets[0], dataset_sink_mode=sink)
     else:
         for epoch_set in epoch_sets:
             model.train(1, epoch_set, dataset_sink_mode=sink)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     if profiler is not None:
         print_profile(profiler.analyse())
-    images = sum(e.get_dataset_size() for e in epoch_sets) * batch
-    return images / seconds, float(model.eval(test_set)["accuracy"])
+    steps = sum(e.get_dataset_size() for e in epoch_sets)
+    return steps * batch / seconds, float(model.eval(test_set)["accuracy"]), 1e3 * cpu_seconds / steps
 
 
 def print_profile(result, top=12):
@@ -160,9 +161,11 @@ def run_seed(args, modes, seed):
         peer = _common.run_peer(str(PEER), peer_args + ["--init-out", init])[0]
     lines = []
     for mode in modes:
-        speed, accuracy = train(args.epochs, args.batch, MODES[mode], seed, init, args.profile and mode == "loop_sink")
+        speed, accuracy, cpu_ms = train(args.epochs, args.batch, MODES[mode], seed, init,
+                                        args.profile and mode == "loop_sink")
         line = _common.record("resnet", "resnet-tiny", mode, "train_images_per_s", speed,
-                              f"test_acc_after_{args.epochs}_epochs", accuracy, batch=args.batch, seed=seed,
+                              f"test_acc_after_{args.epochs}_epochs", accuracy, cpu_ms_per_step=round(cpu_ms, 3),
+                              batch=args.batch, seed=seed,
                               same_init=bool(init), blas_threads=args.threads or "default")
         _common.emit(line)
         lines.append(line)
@@ -170,7 +173,8 @@ def run_seed(args, modes, seed):
         peer = _common.run_peer(str(PEER), peer_args)[0]
     if peer is not None:
         for line in lines:
-            _common.emit(_common.ratio(line, peer, accuracy_diff_vs_peer=round(line["quality"] - peer["quality"], 4)))
+            _common.emit(_common.ratio(line, peer, accuracy_diff_vs_peer=round(line["quality"] - peer["quality"], 4),
+                                       cpu_per_step_ratio=round(line["cpu_ms_per_step"] / peer["cpu_ms_per_step"], 4)))
     return lines, peer
 
 

@@ -83,22 +83,24 @@ def main():
         idx = torch.tensor(rng.permutation(8000)[:args.batch])
         train_step(net, optimizer, loss_fn, train_x[idx], train_y[idx], cosine_lr(step, total_steps, args.lr))
         step += 1
-    images, seconds = 0, 0.0
+    images, seconds, cpu_seconds = 0, 0.0, 0.0
     for _ in range(args.epochs):
         order = torch.tensor(rng.permutation(8000))
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for k in range(0, steps_per_epoch * args.batch, args.batch):
             idx = order[k:k + args.batch]
             train_step(net, optimizer, loss_fn, train_x[idx], train_y[idx], cosine_lr(step, total_steps, args.lr))
             step += 1
             images += args.batch
         seconds += time.perf_counter() - start
+        cpu_seconds += time.process_time() - cpu_start
     net.eval()
     with torch.no_grad():
         accuracy = float((net(test_x).argmax(1) == test_y).float().mean())
     print(json.dumps({"workload": "resnet", "name": "resnet-tiny", "peer": "pytorch-eager", "mode": "eager",
                       "speed_metric": "train_images_per_s", "speed": round(images / seconds, 2),
                       "quality_metric": f"test_acc_after_{args.epochs}_epochs", "quality": round(accuracy, 4),
+                      "cpu_ms_per_step": round(1e3 * cpu_seconds * args.batch / images, 3),
                       "torch": torch.__version__, "python": platform.python_version(), "threads": args.threads}))
 
 

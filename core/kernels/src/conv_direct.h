@@ -1,9 +1,11 @@
-// Direct float32 convolution at stride 1 (one group), for the small planes where im2col costs as much
-// as the product: a 7x7 plane's im2col row is 49 floats, so building the columns is tens of thousands
-// of tiny copies per batch. Here each sample is copied once into zero-padded planes, and a window tap
-// (i, j) of the kernel is the same planes read from offset i * dh * row + j * dw: the convolution is
-// kh * kw accumulated small GEMMs (small_gemm.h) whose B rows are the shifted padded planes. Outputs
-// are computed on the padded row width (the columns past OW are junk and dropped when copied out).
+// Direct float32 convolution (one group) for the small planes where im2col costs as much as the
+// product: a 7x7 plane's im2col row is 49 floats, so building the columns is tens of thousands of tiny
+// copies per batch. Here each sample is copied once into zero-padded planes, and a window tap (i, j)
+// is the same planes read from an offset: the convolution is kh * kw products (small_gemm.h's
+// gemm_taps sums them in registers) whose operand rows are shifted padded planes. A stride splits
+// the input into phase planes (forward_planes), so the forward pass and the filter gradient take any
+// stride; the input gradient takes stride 1. Outputs are computed on the padded row width (the
+// columns past OW are junk and dropped), or at the valid positions only when positions are the rows.
 //     forward      out_grid (O x OH*Wp)  = sum_t W[:, :, t] (O x C) @ shift_t(x_padded) (C x OH*Wp)
 //     input grad   dx_grid  (C x H*Wq)   = sum_t W[:, :, T-1-t]^T (C x O) @ shift_t(grad_padded) (O x H*Wq)
 //     filter grad  dW[:, :, t]^T (C x O) = sum over samples of shift_t(x_padded) (C x OH*Wp) @ grad_grid^T
@@ -12,6 +14,7 @@
 // Included by conv.cpp after for_each_chunk, max_slots and kFilterBlock, which it uses.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -21,15 +24,67 @@
 namespace mstrain {
 namespace direct {
 
-// `channels` planes of rows x cols floats, each followed by `slack` zeros (the shifted reads of the
-// last row run up to (kw - 1) * dw past the plane).
+// Per channel `stride` floats holding planes of rows x cols, and where each window tap's shifted plane
+// starts. The reads of a row's last columns run past it by less than a row (junk columns only).
 struct PaddedPlanes {
     int64_t rows, cols, stride;
-    PaddedPlanes(int64_t rows_, int64_t cols_, int64_t slack) : rows(rows_), cols(cols_), stride(rows_ * cols_ + slack) {}
+    std::vector<int64_t> tap_at;
 };
 
-// Copies `channels` planes of h x w into the interior of padded planes at (top, left); the border
-// stays as it was (zero: the buffers start zeroed and only interiors are ever written).
+// The forward input of one sample, for stride (sh, sw): per channel sh * sw phase planes, phase (a, b)
+// holding the zero-padded input's rows a, a + sh, ... and columns b, b + sw, ...; tap (i, j) then reads
+// phase ((i dh) % sh, (j dw) % sw) shifted by ((i dh) / sh, (j dw) / sw), and output position (r, q)
+// of every tap is (r, q) of the shifted plane: a strided convolution is shifted planes too.
+inline PaddedPlanes forward_planes(const Geometry& g) {
+    const int64_t hp = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1, wp = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+    const int64_t rows = (hp + g.sh - 1) / g.sh, cols = (wp + g.sw - 1) / g.sw, phase = rows * cols;
+    PaddedPlanes p{rows, cols, g.sh * g.sw * phase + cols, {}};
+    for (int64_t t = 0; t < g.kh * g.kw; ++t) {
+        const int64_t i = (t / g.kw) * g.dh, j = (t % g.kw) * g.dw;
+        p.tap_at.push_back(((i % g.sh) * g.sw + j % g.sw) * phase + (i / g.sh) * cols + j / g.sw);
+    }
+    return p;
+}
+
+inline int64_t ceil_div_positive(int64_t num, int64_t den) { return num <= 0 ? 0 : (num + den - 1) / den; }
+
+// Copies one sample's input into its phase planes; the padding stays as it was (zero: the buffers
+// start zeroed and the positions written are the same for every sample).
+inline void fill_forward_planes(const float* x, const Geometry& g, const PaddedPlanes& p, float* dst) {
+    const int64_t phase = p.rows * p.cols;
+    for (int64_t ch = 0; ch < g.c; ++ch) {
+        for (int64_t a = 0; a < g.sh; ++a) {
+            for (int64_t b = 0; b < g.sw; ++b) {
+                float* plane = dst + ch * p.stride + (a * g.sw + b) * phase;
+                const int64_t v0 = ceil_div_positive(g.pl - b, g.sw);
+                const int64_t v1 = std::min(p.cols, ceil_div_positive(g.w + g.pl - b, g.sw));
+                for (int64_t u = 0; u < p.rows; ++u) {
+                    const int64_t y = u * g.sh + a - g.pt;
+                    if (y < 0 || y >= g.h || v0 >= v1) continue;
+                    const float* src = x + (ch * g.h + y) * g.w + b - g.pl;
+                    float* row = plane + u * p.cols;
+                    if (g.sw == 1) {
+                        std::memcpy(row + v0, src + v0, sizeof(float) * (v1 - v0));
+                    } else {
+                        for (int64_t v = v0; v < v1; ++v) row[v] = src[v * g.sw];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The input gradient's layout (stride 1): the output gradient in planes of (H + span_h) x (W + span_w)
+// at (span_h - pt, span_w - pl); tap t of the flipped kernel reads them shifted by tap t.
+inline PaddedPlanes input_grad_planes(const Geometry& g) {
+    const int64_t span_h = (g.kh - 1) * g.dh, span_w = (g.kw - 1) * g.dw;
+    PaddedPlanes p{g.h + span_h, g.w + span_w, (g.h + span_h) * (g.w + span_w) + span_w, {}};
+    for (int64_t t = 0; t < g.kh * g.kw; ++t) p.tap_at.push_back((t / g.kw) * g.dh * p.cols + (t % g.kw) * g.dw);
+    return p;
+}
+
+// Copies `channels` planes of h x w into the interior of padded planes at (top, left) (the border
+// stays zero, as above).
 inline void copy_interior(const float* src, int64_t channels, int64_t h, int64_t w, float* dst,
                           const PaddedPlanes& p, int64_t top, int64_t left) {
     for (int64_t ch = 0; ch < channels; ++ch) {
@@ -48,22 +103,16 @@ inline void copy_valid(const float* grid, int64_t channels, int64_t h, int64_t w
     }
 }
 
-// Stride 1, one group, padding below / right in [0, (k - 1) * d] (so the input gradient's padded
-// planes hold all of the output gradient), AVX2 or AVX-512 present.
-inline bool usable(const Geometry& g, int64_t groups) {
-    if (groups != 1 || g.sh != 1 || g.sw != 1 || !small_gemm::available()) return false;
+// The forward pass and the filter gradient: one group, AVX2 or AVX-512 present.
+inline bool usable(const Geometry& g, int64_t groups) { return groups == 1 && small_gemm::available(); }
+
+// The input gradient: also stride 1 and padding in [0, (k - 1) * d] on every side (so that the padded
+// planes hold all of the output gradient).
+inline bool usable_for_input_grad(const Geometry& g, int64_t groups) {
+    if (!usable(g, groups) || g.sh != 1 || g.sw != 1) return false;
     const int64_t span_h = (g.kh - 1) * g.dh, span_w = (g.kw - 1) * g.dw;
     const int64_t pb = g.oh + span_h - g.h - g.pt, pr = g.ow + span_w - g.w - g.pl;
     return pb >= 0 && pr >= 0 && g.pt <= span_h && pb <= span_h && g.pl <= span_w && pr <= span_w;
-}
-
-// The forward input layout: x padded to (OH + span_h) x (OW + span_w).
-inline PaddedPlanes forward_planes(const Geometry& g) {
-    return PaddedPlanes(g.oh + (g.kh - 1) * g.dh, g.ow + (g.kw - 1) * g.dw, (g.kw - 1) * g.dw);
-}
-
-inline int64_t tap_offset(const Geometry& g, int64_t tap, int64_t row) {
-    return (tap / g.kw) * g.dh * row + (tap % g.kw) * g.dw;
 }
 
 // The weights tap-major: w_t[t] is (O x C) when `o_rows`, else (C x O), holding w[o, c, tap t], or tap
@@ -90,22 +139,20 @@ inline bool positions_as_rows(int64_t grid, int64_t columns) { return grid < 256
 
 // acc = sum_t  w_t[t] (cols x k) @ shift_t(planes) (k x grid), all taps summed in the GEMM's registers:
 // (cols x grid), or transposed (out_h * out_w x cols, the valid positions only).
-inline void shifted_products(const Geometry& g, const float* w_t, int64_t cols, int64_t k, const float* planes,
+inline void shifted_products(const float* w_t, int64_t cols, int64_t k, const float* planes,
                              const PaddedPlanes& pad, int64_t out_h, int64_t out_w, float* acc, bool transposed) {
-    const int64_t taps = g.kh * g.kw;
-    std::vector<int64_t> weight_at(taps), plane_at(taps);
-    for (int64_t t = 0; t < taps; ++t) {
-        weight_at[t] = t * cols * k;
-        plane_at[t] = tap_offset(g, t, pad.cols);
-    }
+    const int64_t taps = int64_t(pad.tap_at.size());
+    std::vector<int64_t> weight_at(taps);
+    for (int64_t t = 0; t < taps; ++t) weight_at[t] = t * cols * k;
+    const int64_t* plane_at = pad.tap_at.data();
     if (transposed) {
-        const small_gemm::Taps offsets{int(taps), plane_at.data(), weight_at.data()};
+        const small_gemm::Taps offsets{int(taps), plane_at, weight_at.data()};
         for (int64_t r = 0; r < out_h; ++r) {
             small_gemm::gemm_taps(out_w, cols, k, offsets, planes + r * pad.cols, 1, pad.stride, w_t, cols,
                                   acc + r * out_w * cols, cols, false);
         }
     } else {
-        const small_gemm::Taps offsets{int(taps), weight_at.data(), plane_at.data()};
+        const small_gemm::Taps offsets{int(taps), weight_at.data(), plane_at};
         const int64_t grid = out_h * pad.cols;
         small_gemm::gemm_taps(cols, grid, k, offsets, w_t, k, 1, planes, pad.stride, acc, grid, false);
     }
@@ -130,18 +177,16 @@ inline void forward(const float* x, const float* w, float* out, const Geometry& 
     for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
         float* xp = work.data() + slot * per_slot;
         float* acc = xp + g.c * pad.stride;
-        copy_interior(x + n0 * g.c * g.in_plane(), g.c, g.h, g.w, xp, pad, g.pt, g.pl);
-        shifted_products(g, w_t.data(), o, g.c, xp, pad, g.oh, g.ow, acc, transposed);
+        fill_forward_planes(x + n0 * g.c * g.in_plane(), g, pad, xp);
+        shifted_products(w_t.data(), o, g.c, xp, pad, g.oh, g.ow, acc, transposed);
         copy_out(acc, o, g.oh, g.ow, pad.cols, out + n0 * o * g.out_plane(), transposed);
     });
 }
 
-// The output gradient sits in planes of (H + span_h) x (W + span_w) at (span_h - pt, span_w - pl), so
-// tap t of the flipped kernel reads it from offset tap_offset(t): dx[y, x] gets w[.., i, j] *
-// grad[y + pt - i dh, x + pl - j dw].
+// dx[y, x] gets w[.., i, j] * grad[y + pt - i dh, x + pl - j dw] (input_grad_planes).
 inline void backward_input(const float* grad, const float* w, float* dx, const Geometry& g, int64_t o) {
     const int64_t span_h = (g.kh - 1) * g.dh, span_w = (g.kw - 1) * g.dw;
-    const PaddedPlanes pad(g.h + span_h, g.w + span_w, span_w);
+    const PaddedPlanes pad = input_grad_planes(g);
     const int64_t taps = g.kh * g.kw, grid = g.h * pad.cols, per_slot = o * pad.stride + g.c * grid;
     const bool transposed = positions_as_rows(grid, g.c);
     const std::vector<float> w_t = tap_major(w, o, g.c, taps, transposed, true);
@@ -150,7 +195,7 @@ inline void backward_input(const float* grad, const float* w, float* dx, const G
         float* gp = work.data() + slot * per_slot;
         float* acc = gp + o * pad.stride;
         copy_interior(grad + n0 * o * g.out_plane(), o, g.oh, g.ow, gp, pad, span_h - g.pt, span_w - g.pl);
-        shifted_products(g, w_t.data(), g.c, o, gp, pad, g.h, g.w, acc, transposed);
+        shifted_products(w_t.data(), g.c, o, gp, pad, g.h, g.w, acc, transposed);
         copy_out(acc, g.c, g.h, g.w, pad.cols, dx + n0 * g.c * g.in_plane(), transposed);
     });
 }
@@ -167,7 +212,7 @@ inline void backward_filter(const float* x, const float* grad, float* dw, const 
         float* grad_t = xp + g.c * pad.stride;
         float* dw_t = parts.data() + (n0 / kFilterBlock) * part;
         for (int64_t s = 0; s < b; ++s) {
-            copy_interior(x + (n0 + s) * g.c * g.in_plane(), g.c, g.h, g.w, xp, pad, g.pt, g.pl);
+            fill_forward_planes(x + (n0 + s) * g.c * g.in_plane(), g, pad, xp);
             const float* gs = grad + (n0 + s) * o * g.out_plane();
             for (int64_t ch = 0; ch < o; ++ch) {
                 for (int64_t r = 0; r < g.oh; ++r) {
@@ -175,7 +220,7 @@ inline void backward_filter(const float* x, const float* grad, float* dw, const 
                 }
             }
             for (int64_t t = 0; t < taps; ++t) {
-                small_gemm::gemm(g.c, o, grid, xp + tap_offset(g, t, pad.cols), pad.stride, 1, grad_t, o,
+                small_gemm::gemm(g.c, o, grid, xp + pad.tap_at[t], pad.stride, 1, grad_t, o,
                                  dw_t + t * g.c * o, o, s > 0);
             }
         }

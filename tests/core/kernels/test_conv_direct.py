@@ -1,6 +1,6 @@
-"""The direct (shifted-plane) float32 convolution of conv.cpp, taken at stride 1 with one group and at
-least 32 products per output: its three passes against the numpy references and against PyTorch
-(skipped without torch), on the shapes that select each of its layouts."""
+"""The direct (shifted-plane) float32 convolution of conv.cpp, taken with one group and at least 32
+products per output (the input gradient at stride 1 only): its three passes against the numpy
+references and against PyTorch (skipped without torch), on the shapes that select each of its layouts."""
 import numpy as np
 import pytest
 
@@ -9,21 +9,23 @@ from mstrain.kernels import conv as K
 
 from ...torch_support import import_torch
 
-# (x shape, weight shape, padding (top, bottom, left, right), dilation). Output channels that fill whole
-# vectors (multiples of 32) on a plane of < 256 grid positions run transposed (positions as the GEMM's
-# rows), the others with the channels as rows; 9 samples make filter blocks of 8 and 1.
+# (x shape, weight shape, stride, padding (top, bottom, left, right), dilation). Output channels that
+# fill whole vectors (multiples of 32) on a plane of < 256 grid positions run transposed (positions as
+# the GEMM's rows), the others with the channels as rows; 9 samples make filter blocks of 8 and 1.
 DIRECT = [
-    ((9, 32, 7, 7), (64, 32, 3, 3), (1, 1, 1, 1), (1, 1)),      # ResNet-8's last stage: transposed
-    ((3, 6, 12, 12), (16, 6, 5, 5), (0, 0, 0, 0), (1, 1)),      # LeNet's second conv: channels as rows
-    ((2, 16, 10, 9), (16, 16, 3, 3), (2, 0, 1, 1), (2, 1)),     # dilated, padded on one side
-    ((2, 32, 5, 6), (32, 32, 2, 3), (0, 1, 2, 0), (1, 1)),      # even kernel, asymmetric padding
-    ((2, 32, 4, 4), (32, 32, 1, 1), (0, 0, 0, 0), (1, 1)),      # 1x1
-    ((2, 16, 28, 28), (16, 16, 3, 3), (1, 1, 1, 1), (1, 1)),    # a long plane: channels as rows
+    ((9, 32, 7, 7), (64, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),    # ResNet-8's last stage: transposed
+    ((3, 6, 12, 12), (16, 6, 5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),    # LeNet's second conv: channels as rows
+    ((2, 16, 10, 9), (16, 16, 3, 3), (1, 1), (2, 0, 1, 1), (2, 1)),   # dilated, padded on one side
+    ((2, 32, 5, 6), (32, 32, 2, 3), (1, 1), (0, 1, 2, 0), (1, 1)),    # even kernel, asymmetric padding
+    ((2, 32, 4, 4), (32, 32, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),    # 1x1
+    ((2, 16, 28, 28), (16, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a long plane: channels as rows
+    ((9, 16, 14, 14), (32, 16, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2 (phase planes), transposed
+    ((2, 8, 13, 11), (8, 8, 3, 2), (2, 3), (1, 0, 2, 1), (2, 1)),     # uneven strides, dilation, odd sizes
 ]
 
 
 def _operands(case, seed):
-    x_shape, w_shape, _, _ = case
+    x_shape, w_shape = case[:2]
     rng = np.random.default_rng(seed)
     fan_in = w_shape[1] * w_shape[2] * w_shape[3]
     x = rng.uniform(-1, 1, x_shape).astype(np.float32)
@@ -31,10 +33,10 @@ def _operands(case, seed):
     return x, w
 
 
-def _passes(x, w, g, padding, dilation):
-    return (K.conv2d_forward(x, w, (1, 1), padding, dilation),
-            K.conv2d_backward_input(g, w, x.shape, (1, 1), padding, dilation),
-            K.conv2d_backward_filter(x, g, w.shape, (1, 1), padding, dilation))
+def _passes(x, w, g, stride, padding, dilation):
+    return (K.conv2d_forward(x, w, stride, padding, dilation),
+            K.conv2d_backward_input(g, w, x.shape, stride, padding, dilation),
+            K.conv2d_backward_filter(x, g, w.shape, stride, padding, dilation))
 
 
 @pytest.fixture
@@ -47,12 +49,12 @@ def native(monkeypatch):
 @pytest.mark.parametrize("case", DIRECT)
 def test_direct_passes_match_numpy(native, case):
     x, w = _operands(case, 1)
-    _, _, padding, dilation = case
-    out = K.reference_conv2d_forward(x, w, (1, 1), padding, dilation, 1)
+    _, _, stride, padding, dilation = case
+    out = K.reference_conv2d_forward(x, w, stride, padding, dilation, 1)
     g = np.random.default_rng(2).uniform(-1, 1, out.shape).astype(np.float32)
-    expected = (out, K.reference_conv2d_backward_input(g, w, x.shape, (1, 1), padding, dilation, 1),
-                K.reference_conv2d_backward_filter(x, g, w.shape, (1, 1), padding, dilation, 1))
-    for name, actual, want in zip(("forward", "input grad", "filter grad"), _passes(x, w, g, padding, dilation),
+    expected = (out, K.reference_conv2d_backward_input(g, w, x.shape, stride, padding, dilation, 1),
+                K.reference_conv2d_backward_filter(x, g, w.shape, stride, padding, dilation, 1))
+    for name, actual, want in zip(("forward", "input grad", "filter grad"), _passes(x, w, g, stride, padding, dilation),
                                   expected):
         np.testing.assert_allclose(actual, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()), err_msg=name)
 
@@ -61,14 +63,14 @@ def test_direct_passes_match_numpy(native, case):
 def test_direct_passes_match_torch(native, case):
     torch = import_torch()
     x, w = _operands(case, 3)
-    _, _, padding, dilation = case
+    _, _, stride, padding, dilation = case
     tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
     padded = torch.nn.functional.pad(tx, (padding[2], padding[3], padding[0], padding[1]))
-    t_out = torch.nn.functional.conv2d(padded, tw, None, 1, 0, dilation)
+    t_out = torch.nn.functional.conv2d(padded, tw, None, stride, 0, dilation)
     g = np.random.default_rng(4).uniform(-1, 1, tuple(t_out.shape)).astype(np.float32)
     t_out.backward(torch.tensor(g))
     expected = (t_out.detach().numpy(), tx.grad.numpy(), tw.grad.numpy())
-    for name, actual, want in zip(("forward", "input grad", "filter grad"), _passes(x, w, g, padding, dilation),
+    for name, actual, want in zip(("forward", "input grad", "filter grad"), _passes(x, w, g, stride, padding, dilation),
                                   expected):
         np.testing.assert_allclose(actual, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()), err_msg=name)
 
