@@ -200,6 +200,11 @@ inline void backward_input(const float* grad, const float* w, float* dx, const G
     });
 }
 
+// One input channel at column stride 1 (a network's stem): the filter gradient's product per tap would
+// have a single row, so the taps of a kernel row become the rows of one product. Below 4 taps a row
+// (a 3x3 stem) too few rows keep the FMA units busy, and im2col's single product wins.
+inline bool one_channel_rows(const Geometry& g) { return g.c == 1 && g.sw == 1 && g.kw >= 4; }
+
 // Per block of kFilterBlock samples, per tap: dW_t^T (C x O) += shift_t(x_padded) @ grad_grid^T, with
 // grad_grid^T (OH*Wp x O) zero in the junk rows; the blocks are summed in order.
 inline void backward_filter(const float* x, const float* grad, float* dw, const Geometry& g, int64_t o) {
@@ -218,6 +223,13 @@ inline void backward_filter(const float* x, const float* grad, float* dw, const 
                 for (int64_t r = 0; r < g.oh; ++r) {
                     for (int64_t q = 0; q < g.ow; ++q) grad_t[(r * pad.cols + q) * o + ch] = gs[(ch * g.oh + r) * g.ow + q];
                 }
+            }
+            if (one_channel_rows(g)) {  // a kernel row's taps: one product, its rows dw apart in the plane
+                for (int64_t i = 0; i < g.kh; ++i) {
+                    small_gemm::gemm(g.kw, o, grid, xp + pad.tap_at[i * g.kw], g.dw, 1, grad_t, o, dw_t + i * g.kw * o,
+                                     o, s > 0);
+                }
+                continue;
             }
             for (int64_t t = 0; t < taps; ++t) {
                 small_gemm::gemm(g.c, o, grid, xp + pad.tap_at[t], pad.stride, 1, grad_t, o,

@@ -1,5 +1,5 @@
 """The direct (shifted-plane) float32 convolution of conv.cpp, taken with one group and at least 32
-products per output (the input gradient at stride 1 only): its three passes against the numpy
+products per output (the input gradient at stride 1 only; the filter gradient of one channel too): its three passes against the numpy
 references and against PyTorch (skipped without torch), on the shapes that select each of its layouts."""
 import numpy as np
 import pytest
@@ -21,6 +21,8 @@ DIRECT = [
     ((2, 16, 28, 28), (16, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a long plane: channels as rows
     ((9, 16, 14, 14), (32, 16, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2 (phase planes), transposed
     ((2, 8, 13, 11), (8, 8, 3, 2), (2, 3), (1, 0, 2, 1), (2, 1)),     # uneven strides, dilation, odd sizes
+    ((9, 1, 28, 28), (6, 1, 5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),     # LeNet's stem: the filter gradient only
+    ((2, 1, 11, 12), (16, 1, 3, 4), (2, 1), (1, 1, 2, 1), (2, 2)),    # a dilated one-channel stem
 ]
 
 
