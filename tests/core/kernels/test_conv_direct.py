@@ -76,3 +76,36 @@ def test_direct_passes_match_torch(native, case):
                                   expected):
         np.testing.assert_allclose(actual, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()), err_msg=name)
 
+
+
+_THREADS_PROBE = """
+import sys
+import numpy as np
+from mstrain.kernels import conv as K
+rng = np.random.default_rng(0)
+arrays = []
+for xs, ws, stride in [((16, 32, 7, 7), (64, 32, 3, 3), (1, 1)), ((18, 16, 14, 14), (32, 16, 3, 3), (2, 2))]:
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    y = K.conv2d_forward(x, w, stride, (1, 1, 1, 1), (1, 1))
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    arrays += [y, K.conv2d_backward_filter(x, g, ws, stride, (1, 1, 1, 1), (1, 1)),
+               K.conv2d_backward_input(g, w, xs, stride, (1, 1, 1, 1), (1, 1))]
+np.savez(sys.argv[1], *arrays)
+"""
+
+
+def test_direct_results_do_not_depend_on_the_thread_count(native, tmp_path):
+    """Samples go to the threads and the filter gradient sums fixed blocks of samples in order: one
+    and two threads give the same bits."""
+    import os
+    import subprocess
+    import sys
+    results = []
+    for threads in ("1", "2"):
+        path = tmp_path / f"threads{threads}.npz"
+        env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
+        subprocess.run([sys.executable, "-c", _THREADS_PROBE, str(path)], env=env, check=True, timeout=120)
+        with np.load(path) as archive:
+            results.append([archive[k] for k in archive.files])
+    for one, two in zip(*results):
+        np.testing.assert_array_equal(one, two)
