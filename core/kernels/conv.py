@@ -17,7 +17,10 @@
 
 The three convolution passes are GEMMs around im2col / col2im. The C++ kernels run them on chunks of
 the batch whose columns fit in the cache, calling the cblas_?gemm numpy itself uses; the numpy
-references make the columns of the whole batch and call np.matmul.
+references make the columns of the whole batch and call np.matmul. In float32 with one group and at
+least 32 products per output, the C++ kernels skip im2col: each sample is copied once into zero-padded
+(for a stride, phase-split) planes and every window tap is a product with those planes read at an
+offset, summed in registers (src/conv_direct.h; the input gradient so at stride 1 only).
 
 The convolution and pooling functions take `out=` (a C-contiguous array of the result's shape and
 dtype) to write the result into a buffer the caller planned. `kernel`, `stride`, `dilation` are

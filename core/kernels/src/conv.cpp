@@ -357,10 +357,31 @@ void conv_backward_filter_small(const float* x, const float* grad, float* dw, co
     finish_filter(parts.data(), blocks, part, dw, rows_g, o_g, groups);
 }
 
+}  // namespace
+}  // namespace mstrain
+
+#include "conv_direct.h"
+
+namespace mstrain {
+namespace {
+
+enum class Pass { forward, filter, input_grad };
+
+// Below about 32 products per output (the 1-channel stems of LeNet and ResNet) the taps' products are
+// too thin and im2col's columns win, except in the filter gradient of one channel, whose kernel rows
+// are the products' rows. Measured on LeNet and ResNet-8 layers (AVX-512, one thread).
+bool use_direct(const float*, const Geometry& g, int64_t groups, Pass pass) {
+    const bool wide = g.c * g.kh * g.kw >= 32;
+    if (pass == Pass::input_grad) return wide && direct::usable_for_input_grad(g, groups);
+    return (wide || (pass == Pass::filter && direct::one_channel_rows(g))) && direct::usable(g, groups);
+}
+bool use_direct(const double*, const Geometry&, int64_t, Pass) { return false; }
+
 // out (N, O, OH, OW) = conv(x, w); w is (O, C/groups, kh, kw).
 template <typename T>
 void conv_forward(const T* x, const T* w, T* out, const Geometry& g, int64_t o, int64_t groups) {
     if constexpr (sizeof(T) == 4) {
+        if (use_direct(x, g, groups, Pass::forward)) return direct::forward(x, w, out, g, o);
         if (use_small_gemm(x, g, false)) return conv_forward_small(x, w, out, g, o, groups);
     }
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
@@ -385,6 +406,7 @@ void conv_forward(const T* x, const T* w, T* out, const Geometry& g, int64_t o, 
 template <typename T>
 void conv_backward_filter(const T* x, const T* grad, T* dw, const Geometry& g, int64_t o, int64_t groups) {
     if constexpr (sizeof(T) == 4) {
+        if (use_direct(x, g, groups, Pass::filter)) return direct::backward_filter(x, grad, dw, g, o);
         if (use_small_gemm(x, g, true)) return conv_backward_filter_small(x, grad, dw, g, o, groups);
     }
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
@@ -412,6 +434,7 @@ void conv_backward_filter(const T* x, const T* grad, T* dw, const Geometry& g, i
 template <typename T>
 void conv_backward_input(const T* grad, const T* w, T* dx, const Geometry& g, int64_t o, int64_t groups) {
     if constexpr (sizeof(T) == 4) {
+        if (use_direct(grad, g, groups, Pass::input_grad)) return direct::backward_input(grad, w, dx, g, o);
         if (use_small_gemm(grad, g, false)) return conv_backward_input_small(grad, w, dx, g, o, groups);
     }
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);

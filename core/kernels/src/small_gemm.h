@@ -29,19 +29,31 @@ struct Vec<8> {
     typedef float type __attribute__((vector_size(32)));
 };
 
-// One MR x (NV * W) tile of C: c[m][v] = sum_k a(m, k) * b[k][v * W ..].
+// Offsets added to A and B for each of `count` accumulated products (a convolution's window taps): the
+// tile sums all of them in registers. A plain GEMM is one tap at offset 0.
+struct Taps {
+    int count;
+    const int64_t* a;
+    const int64_t* b;
+};
+
+// One MR x (NV * W) tile of C: c[m][v] = sum_t sum_k a(m, k + tap t) * b[k + tap t][v * W ..].
 #define MS_SMALL_GEMM_TILE                                                                                          \
     typedef typename Vec<W>::type V;                                                                                \
     V acc[MR][NV];                                                                                                  \
     for (int m = 0; m < MR; ++m)                                                                                    \
         for (int v = 0; v < NV; ++v) acc[m][v] = V{};                                                               \
-    for (int64_t k = 0; k < K; ++k) {                                                                               \
-        V bv[NV];                                                                                                   \
-        for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + k * ldb + v * W, sizeof(V));                           \
-        const float* ak = a + k * a_k;                                                                              \
-        for (int m = 0; m < MR; ++m) {                                                                              \
-            const float s = ak[m * a_m];                                                                            \
-            for (int v = 0; v < NV; ++v) acc[m][v] = fmadd(s, bv[v], acc[m][v]);                                  \
+    for (int t = 0; t < taps.count; ++t) {                                                                          \
+        const float* at = a + taps.a[t];                                                                            \
+        const float* bt = b + taps.b[t];                                                                            \
+        for (int64_t k = 0; k < K; ++k) {                                                                           \
+            V bv[NV];                                                                                               \
+            for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], bt + k * ldb + v * W, sizeof(V));                      \
+            const float* ak = at + k * a_k;                                                                         \
+            for (int m = 0; m < MR; ++m) {                                                                          \
+                const float s = ak[m * a_m];                                                                        \
+                for (int v = 0; v < NV; ++v) acc[m][v] = fmadd(s, bv[v], acc[m][v]);                              \
+            }                                                                                                       \
         }                                                                                                           \
     }                                                                                                               \
     for (int m = 0; m < MR; ++m) {                                                                                  \
@@ -65,14 +77,14 @@ __attribute__((target("avx2,fma"))) inline Vec<8>::type fmadd(float s, Vec<8>::t
 }
 
 template <int MR, int NV, int W>
-__attribute__((target("avx512f,fma"))) void tile512(int64_t K, const float* a, int64_t a_m, int64_t a_k,
+__attribute__((target("avx512f,fma"))) void tile512(int64_t K, const Taps& taps, const float* a, int64_t a_m, int64_t a_k,
                                                       const float* b, int64_t ldb, float* c, int64_t ldc,
                                                       bool accumulate) {
     MS_SMALL_GEMM_TILE
 }
 
 template <int MR, int NV, int W>
-__attribute__((target("avx2,fma"))) void tile256(int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b,
+__attribute__((target("avx2,fma"))) void tile256(int64_t K, const Taps& taps, const float* a, int64_t a_m, int64_t a_k, const float* b,
                                                  int64_t ldb, float* c, int64_t ldc, bool accumulate) {
     MS_SMALL_GEMM_TILE
 }
@@ -80,16 +92,20 @@ __attribute__((target("avx2,fma"))) void tile256(int64_t K, const float* a, int6
 
 // The last `cols` (< W) columns of MR rows: one vector with the lanes past the end masked off.
 template <int MR>
-__attribute__((target("avx512f,fma"))) void tail512(int64_t K, const float* a, int64_t a_m, int64_t a_k,
+__attribute__((target("avx512f,fma"))) void tail512(int64_t K, const Taps& taps, const float* a, int64_t a_m, int64_t a_k,
                                                       const float* b, int64_t ldb, float* c, int64_t ldc,
                                                       bool accumulate, int cols) {
     const __mmask16 mask = __mmask16((1u << cols) - 1u);
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; ++k) {
-        const __m512 bv = _mm512_maskz_loadu_ps(mask, b + k * ldb);
-        const float* ak = a + k * a_k;
-        for (int m = 0; m < MR; ++m) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m * a_m]), bv, acc[m]);
+    for (int t = 0; t < taps.count; ++t) {
+        const float* at = a + taps.a[t];
+        const float* bt = b + taps.b[t];
+        for (int64_t k = 0; k < K; ++k) {
+            const __m512 bv = _mm512_maskz_loadu_ps(mask, bt + k * ldb);
+            const float* ak = at + k * a_k;
+            for (int m = 0; m < MR; ++m) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m * a_m]), bv, acc[m]);
+        }
     }
     for (int m = 0; m < MR; ++m) {
         if (accumulate) acc[m] = _mm512_add_ps(acc[m], _mm512_maskz_loadu_ps(mask, c + m * ldc));
@@ -98,15 +114,19 @@ __attribute__((target("avx512f,fma"))) void tail512(int64_t K, const float* a, i
 }
 
 template <int MR>
-__attribute__((target("avx2,fma"))) void tail256(int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b,
+__attribute__((target("avx2,fma"))) void tail256(int64_t K, const Taps& taps, const float* a, int64_t a_m, int64_t a_k, const float* b,
                                                  int64_t ldb, float* c, int64_t ldc, bool accumulate, int cols) {
     const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     __m256 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K; ++k) {
-        const __m256 bv = _mm256_maskload_ps(b + k * ldb, mask);
-        const float* ak = a + k * a_k;
-        for (int m = 0; m < MR; ++m) acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(ak[m * a_m]), bv, acc[m]);
+    for (int t = 0; t < taps.count; ++t) {
+        const float* at = a + taps.a[t];
+        const float* bt = b + taps.b[t];
+        for (int64_t k = 0; k < K; ++k) {
+            const __m256 bv = _mm256_maskload_ps(bt + k * ldb, mask);
+            const float* ak = at + k * a_k;
+            for (int m = 0; m < MR; ++m) acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(ak[m * a_m]), bv, acc[m]);
+        }
     }
     for (int m = 0; m < MR; ++m) {
         if (accumulate) acc[m] = _mm256_add_ps(acc[m], _mm256_maskload_ps(c + m * ldc, mask));
@@ -114,8 +134,10 @@ __attribute__((target("avx2,fma"))) void tail256(int64_t K, const float* a, int6
     }
 }
 
-typedef void (*tile_t)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, bool);
-typedef void (*tail_t)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, bool, int);
+typedef void (*tile_t)(int64_t, const Taps&, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t,
+                       bool);
+typedef void (*tail_t)(int64_t, const Taps&, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t,
+                       bool, int);
 
 constexpr int64_t kDepth = 256;  // K slice
 constexpr int kMaxRows = 8;  // MR of the full tiles: 16 accumulators of the 32 AVX-512 registers (6 of AVX2's 16)
@@ -140,25 +162,25 @@ struct Table {
 
 template <int MR, int NV, int W>
 struct Tiles512 {
-    static void run(int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb, float* c,
+    static void run(int64_t K, const Taps& taps, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb, float* c,
                     int64_t ldc, bool accumulate) {
-        tile512<MR, NV, W>(K, a, a_m, a_k, b, ldb, c, ldc, accumulate);
+        tile512<MR, NV, W>(K, taps, a, a_m, a_k, b, ldb, c, ldc, accumulate);
     }
-    static void tail(int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb, float* c,
+    static void tail(int64_t K, const Taps& taps, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb, float* c,
                      int64_t ldc, bool accumulate, int cols) {
-        tail512<MR>(K, a, a_m, a_k, b, ldb, c, ldc, accumulate, cols);
+        tail512<MR>(K, taps, a, a_m, a_k, b, ldb, c, ldc, accumulate, cols);
     }
 };
 
 template <int MR, int NV, int W>
 struct Tiles256 {
-    static void run(int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb, float* c,
+    static void run(int64_t K, const Taps& taps, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb, float* c,
                     int64_t ldc, bool accumulate) {
-        tile256<MR, NV, W>(K, a, a_m, a_k, b, ldb, c, ldc, accumulate);
+        tile256<MR, NV, W>(K, taps, a, a_m, a_k, b, ldb, c, ldc, accumulate);
     }
-    static void tail(int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb, float* c,
+    static void tail(int64_t K, const Taps& taps, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb, float* c,
                      int64_t ldc, bool accumulate, int cols) {
-        tail256<MR>(K, a, a_m, a_k, b, ldb, c, ldc, accumulate, cols);
+        tail256<MR>(K, taps, a, a_m, a_k, b, ldb, c, ldc, accumulate, cols);
     }
 };
 
@@ -173,12 +195,14 @@ inline int vector_width() {
 inline bool available() { return vector_width() != 0; }
 
 template <int W, template <int, int, int> class Tiles>
-void run(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb,
-         float* c, int64_t ldc, bool accumulate) {
+void run(int64_t M, int64_t N, int64_t K, const Taps& taps, const float* a, int64_t a_m, int64_t a_k, const float* b,
+         int64_t ldb, float* c, int64_t ldc, bool accumulate) {
     static const Table<W, Tiles> table;
     constexpr int64_t max_rows = W == 16 ? kMaxRows : 6;
-    for (int64_t k0 = 0; k0 < K; k0 += kDepth) {  // a slice of K: its B rows stay in L1 over all of M
-        const int64_t depth = K - k0 < kDepth ? K - k0 : kDepth;
+    // a slice of K: its B rows stay in L1 over all of M; with several taps the whole sum stays in registers
+    const int64_t slice = taps.count == 1 ? kDepth : K;
+    for (int64_t k0 = 0; k0 < K; k0 += slice) {
+        const int64_t depth = K - k0 < slice ? K - k0 : slice;
         const float* ak = a + k0 * a_k;
         const float* bk = b + k0 * ldb;
         const bool add = accumulate || k0 > 0;
@@ -186,32 +210,40 @@ void run(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_m, int64_t a
         for (; j + 2 * W <= N; j += 2 * W) {
             for (int64_t m = 0; m < M; m += max_rows) {
                 const int rows = int(M - m < max_rows ? M - m : max_rows);
-                table.two[rows](depth, ak + m * a_m, a_m, a_k, bk + j, ldb, c + m * ldc + j, ldc, add);
+                table.two[rows](depth, taps, ak + m * a_m, a_m, a_k, bk + j, ldb, c + m * ldc + j, ldc, add);
             }
         }
         for (; j + W <= N; j += W) {
             for (int64_t m = 0; m < M; m += max_rows) {
                 const int rows = int(M - m < max_rows ? M - m : max_rows);
-                table.one[rows](depth, ak + m * a_m, a_m, a_k, bk + j, ldb, c + m * ldc + j, ldc, add);
+                table.one[rows](depth, taps, ak + m * a_m, a_m, a_k, bk + j, ldb, c + m * ldc + j, ldc, add);
             }
         }
         if (j < N) {
             for (int64_t m = 0; m < M; m += max_rows) {
                 const int rows = int(M - m < max_rows ? M - m : max_rows);
-                table.tail[rows](depth, ak + m * a_m, a_m, a_k, bk + j, ldb, c + m * ldc + j, ldc, add, int(N - j));
+                table.tail[rows](depth, taps, ak + m * a_m, a_m, a_k, bk + j, ldb, c + m * ldc + j, ldc, add, int(N - j));
             }
         }
+    }
+}
+
+// C (M x N, ldc) = sum_t A_t @ B_t (+ C when accumulate): A_t(m, k) = a[taps.a[t] + m * a_m + k * a_k],
+// B_t row-major (ldb) from b + taps.b[t]; each C element sums t, then k, in order.
+inline void gemm_taps(int64_t M, int64_t N, int64_t K, const Taps& taps, const float* a, int64_t a_m, int64_t a_k,
+                      const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    if (vector_width() == 16) {
+        run<16, Tiles512>(M, N, K, taps, a, a_m, a_k, b, ldb, c, ldc, accumulate);
+    } else {
+        run<8, Tiles256>(M, N, K, taps, a, a_m, a_k, b, ldb, c, ldc, accumulate);
     }
 }
 
 // C (M x N, ldc) = A @ B (+ C when accumulate); A(m, k) = a[m * a_m + k * a_k], B row-major (ldb).
 inline void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b,
                  int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-    if (vector_width() == 16) {
-        run<16, Tiles512>(M, N, K, a, a_m, a_k, b, ldb, c, ldc, accumulate);
-    } else {
-        run<8, Tiles256>(M, N, K, a, a_m, a_k, b, ldb, c, ldc, accumulate);
-    }
+    static const int64_t zero = 0;
+    gemm_taps(M, N, K, Taps{1, &zero, &zero}, a, a_m, a_k, b, ldb, c, ldc, accumulate);
 }
 
 }  // namespace small_gemm

@@ -177,3 +177,42 @@ def test_compiled_step_calls_conv_pool_and_batch_norm_in_c():
             called.add(node.prim.name)
     assert {"conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "max_pool2d", "max_pool2d_grad",
             "avg_pool2d", "avg_pool2d_grad", "batch_norm_train", "batch_norm_train_grad"} <= called
+
+
+# -- several training steps against PyTorch from the same weights --------------------------------------
+def _conv_bn_net():
+    return nn.SequentialCell([nn.Conv2d(4, 16, 3, pad_mode="pad", padding=1, has_bias=False), nn.BatchNorm2d(16),
+                              nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, pad_mode="pad", padding=1, has_bias=False),
+                              nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dense(32, 3)])
+
+
+@pytest.mark.parametrize("sink", [False, True])
+def test_conv_batch_norm_training_steps_match_torch(sink):
+    """Four SGD steps of conv + BatchNorm from torch's initial weights: the weights and the BatchNorm
+    running statistics (MindSpore's momentum 0.9 = torch's 0.1; the running variance unbiased) agree."""
+    torch = import_torch()
+    tnn = torch.nn
+    torch.manual_seed(0)
+    peer = tnn.Sequential(tnn.Conv2d(4, 16, 3, padding=1, bias=False), tnn.BatchNorm2d(16), tnn.ReLU(),
+                          tnn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), tnn.BatchNorm2d(32), tnn.ReLU(),
+                          tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(32, 3))
+    start = [v.detach().numpy().copy() for k, v in peer.state_dict().items() if not k.endswith("num_batches_tracked")]
+    net = _conv_bn_net()
+    params = [p for _, p in net.parameters_and_names()]
+    assert [tuple(p.shape) for p in params] == [v.shape for v in start]
+    for param, value in zip(params, start):
+        param.set_data(_t(value))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((32, 4, 10, 10)).astype(np.float32)
+    y = rng.integers(0, 3, 32).astype(np.int32)
+    optimizer = torch.optim.SGD(peer.parameters(), lr=0.1)
+    for k in range(0, 32, 8):
+        optimizer.zero_grad()
+        tnn.functional.cross_entropy(peer(torch.tensor(x[k:k + 8])), torch.tensor(y[k:k + 8]).long()).backward()
+        optimizer.step()
+    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.SGD(net.trainable_params(), learning_rate=0.1))
+    model.train(1, ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(8), dataset_sink_mode=sink)
+    expected = [v.detach().numpy() for k, v in peer.state_dict().items() if not k.endswith("num_batches_tracked")]
+    for (name, param), want in zip(net.parameters_and_names(), expected):
+        np.testing.assert_allclose(param.asnumpy(), want, rtol=1e-4, atol=1e-5, err_msg=name)

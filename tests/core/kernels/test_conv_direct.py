@@ -1,0 +1,111 @@
+"""The direct (shifted-plane) float32 convolution of conv.cpp, taken with one group and at least 32
+products per output (the input gradient at stride 1 only; the filter gradient of one channel too): its three passes against the numpy
+references and against PyTorch (skipped without torch), on the shapes that select each of its layouts."""
+import numpy as np
+import pytest
+
+from mstrain import kernels
+from mstrain.kernels import conv as K
+
+from ...torch_support import import_torch
+
+# (x shape, weight shape, stride, padding (top, bottom, left, right), dilation). Output channels that
+# fill whole vectors (multiples of 32) on a plane of < 256 grid positions run transposed (positions as
+# the GEMM's rows), the others with the channels as rows; 9 samples make filter blocks of 8 and 1.
+DIRECT = [
+    ((9, 32, 7, 7), (64, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),    # ResNet-8's last stage: transposed
+    ((3, 6, 12, 12), (16, 6, 5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),    # LeNet's second conv: channels as rows
+    ((2, 16, 10, 9), (16, 16, 3, 3), (1, 1), (2, 0, 1, 1), (2, 1)),   # dilated, padded on one side
+    ((2, 32, 5, 6), (32, 32, 2, 3), (1, 1), (0, 1, 2, 0), (1, 1)),    # even kernel, asymmetric padding
+    ((2, 32, 4, 4), (32, 32, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),    # 1x1
+    ((2, 16, 28, 28), (16, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a long plane: channels as rows
+    ((9, 16, 14, 14), (32, 16, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2 (phase planes), transposed
+    ((2, 8, 13, 11), (8, 8, 3, 2), (2, 3), (1, 0, 2, 1), (2, 1)),     # uneven strides, dilation, odd sizes
+    ((9, 1, 28, 28), (6, 1, 5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),     # LeNet's stem: the filter gradient only
+    ((2, 1, 11, 12), (16, 1, 3, 4), (2, 1), (1, 1, 2, 1), (2, 2)),    # a dilated one-channel stem
+]
+
+
+def _operands(case, seed):
+    x_shape, w_shape = case[:2]
+    rng = np.random.default_rng(seed)
+    fan_in = w_shape[1] * w_shape[2] * w_shape[3]
+    x = rng.uniform(-1, 1, x_shape).astype(np.float32)
+    w = (rng.uniform(-1, 1, w_shape) / np.sqrt(fan_in)).astype(np.float32)
+    return x, w
+
+
+def _passes(x, w, g, stride, padding, dilation):
+    return (K.conv2d_forward(x, w, stride, padding, dilation),
+            K.conv2d_backward_input(g, w, x.shape, stride, padding, dilation),
+            K.conv2d_backward_filter(x, g, w.shape, stride, padding, dilation))
+
+
+@pytest.fixture
+def native(monkeypatch):
+    monkeypatch.delenv("MSTRAIN_DISABLE_KERNELS", raising=False)
+    if not kernels.available("conv2d_forward"):
+        pytest.skip("C++ conv kernels are not built (pip install -e . builds them)")
+
+
+@pytest.mark.parametrize("case", DIRECT)
+def test_direct_passes_match_numpy(native, case):
+    x, w = _operands(case, 1)
+    _, _, stride, padding, dilation = case
+    out = K.reference_conv2d_forward(x, w, stride, padding, dilation, 1)
+    g = np.random.default_rng(2).uniform(-1, 1, out.shape).astype(np.float32)
+    expected = (out, K.reference_conv2d_backward_input(g, w, x.shape, stride, padding, dilation, 1),
+                K.reference_conv2d_backward_filter(x, g, w.shape, stride, padding, dilation, 1))
+    for name, actual, want in zip(("forward", "input grad", "filter grad"), _passes(x, w, g, stride, padding, dilation),
+                                  expected):
+        np.testing.assert_allclose(actual, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()), err_msg=name)
+
+
+@pytest.mark.parametrize("case", DIRECT)
+def test_direct_passes_match_torch(native, case):
+    torch = import_torch()
+    x, w = _operands(case, 3)
+    _, _, stride, padding, dilation = case
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    padded = torch.nn.functional.pad(tx, (padding[2], padding[3], padding[0], padding[1]))
+    t_out = torch.nn.functional.conv2d(padded, tw, None, stride, 0, dilation)
+    g = np.random.default_rng(4).uniform(-1, 1, tuple(t_out.shape)).astype(np.float32)
+    t_out.backward(torch.tensor(g))
+    expected = (t_out.detach().numpy(), tx.grad.numpy(), tw.grad.numpy())
+    for name, actual, want in zip(("forward", "input grad", "filter grad"), _passes(x, w, g, stride, padding, dilation),
+                                  expected):
+        np.testing.assert_allclose(actual, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()), err_msg=name)
+
+
+
+_THREADS_PROBE = """
+import sys
+import numpy as np
+from mstrain.kernels import conv as K
+rng = np.random.default_rng(0)
+arrays = []
+for xs, ws, stride in [((16, 32, 7, 7), (64, 32, 3, 3), (1, 1)), ((18, 16, 14, 14), (32, 16, 3, 3), (2, 2))]:
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    y = K.conv2d_forward(x, w, stride, (1, 1, 1, 1), (1, 1))
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    arrays += [y, K.conv2d_backward_filter(x, g, ws, stride, (1, 1, 1, 1), (1, 1)),
+               K.conv2d_backward_input(g, w, xs, stride, (1, 1, 1, 1), (1, 1))]
+np.savez(sys.argv[1], *arrays)
+"""
+
+
+def test_direct_results_do_not_depend_on_the_thread_count(native, tmp_path):
+    """Samples go to the threads and the filter gradient sums fixed blocks of samples in order: one
+    and two threads give the same bits."""
+    import os
+    import subprocess
+    import sys
+    results = []
+    for threads in ("1", "2"):
+        path = tmp_path / f"threads{threads}.npz"
+        env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
+        subprocess.run([sys.executable, "-c", _THREADS_PROBE, str(path)], env=env, check=True, timeout=120)
+        with np.load(path) as archive:
+            results.append([archive[k] for k in archive.files])
+    for one, two in zip(*results):
+        np.testing.assert_array_equal(one, two)
