@@ -4,10 +4,15 @@
 // The numpy references and the input checks live in core/kernels/graph.py.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "dispatch.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace mstrain {
 namespace {
@@ -218,6 +223,175 @@ void gat_attention_backward_rows(T* grad_src, T* grad_dst, T* scratch, const I* 
     }
 }
 
+// ---- float16 storage, float32 arithmetic -------------------------------------------------------
+// float16 arrays arrive as their raw bits (uint16_t). Kernels widen each row they read to float32,
+// accumulate in float32 and round once when they store, so a float16 product equals the float32
+// kernel on the widened inputs rounded to float16 (no whole-tensor float32 copies in between).
+
+inline float half_bits_to_float(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu,
+                   mantissa = h & 0x3ffu;
+    if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24 is exact in float
+        const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+        return sign ? -magnitude : magnitude;
+    }
+    const uint32_t bits = sign | (exponent == 31 ? 0x7f800000u | (mantissa << 13)
+                                                 : ((exponent + 112) << 23) | (mantissa << 13));
+    float out;
+    std::memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+// Round to nearest even, inf beyond float16's range, NaN stays NaN (numpy's float32 -> float16).
+inline uint16_t float_to_half_bits(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    const uint32_t sign = bits & 0x80000000u;
+    bits ^= sign;
+    uint16_t out;
+    if (bits >= (143u << 23)) {  // >= 65536 (rounds to inf) or inf / NaN
+        out = bits > 0x7f800000u ? 0x7e00 : 0x7c00;
+    } else if (bits < (113u << 23)) {  // below float16's normal range: let float addition round
+        const uint32_t magic_bits = 126u << 23;  // 0.5: its ulp is float16's subnormal step
+        float magic, sum;
+        std::memcpy(&magic, &magic_bits, sizeof magic);
+        std::memcpy(&sum, &bits, sizeof sum);
+        sum += magic;
+        uint32_t sum_bits;
+        std::memcpy(&sum_bits, &sum, sizeof sum_bits);
+        out = static_cast<uint16_t>(sum_bits - magic_bits);
+    } else {
+        const uint32_t odd = (bits >> 13) & 1u;
+        bits += (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd;
+        out = static_cast<uint16_t>(bits >> 13);
+    }
+    return static_cast<uint16_t>(out | (sign >> 16));
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx,f16c"))) void widen_f16c(const uint16_t* in, float* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; ++i) out[i] = half_bits_to_float(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void narrow_f16c(const float* in, uint16_t* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+    }
+    for (; i < n; ++i) out[i] = float_to_half_bits(in[i]);
+}
+
+const bool kHasF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+#else
+const bool kHasF16c = false;
+void widen_f16c(const uint16_t*, float*, int64_t) {}
+void narrow_f16c(const float*, uint16_t*, int64_t) {}
+#endif
+
+void widen(const uint16_t* in, float* out, int64_t n) {
+    if (kHasF16c) return widen_f16c(in, out, n);
+    for (int64_t i = 0; i < n; ++i) out[i] = half_bits_to_float(in[i]);
+}
+
+void narrow(const float* in, uint16_t* out, int64_t n) {
+    if (kHasF16c) return narrow_f16c(in, out, n);
+    for (int64_t i = 0; i < n; ++i) out[i] = float_to_half_bits(in[i]);
+}
+
+// spmm_heads_rows on float16 storage: a float32 accumulator row per target, one rounding per output.
+template <typename I>
+void spmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
+                          const uint16_t* dense, int64_t rows, int64_t heads, int64_t width) {
+    const int64_t stride = heads * width;
+    const bool parallel = static_cast<int64_t>(indptr[rows]) * stride >= kGraphParallelGrain;
+#pragma omp parallel if (parallel)
+    {
+        std::vector<float> acc(stride), source(stride), weight(heads);
+#pragma omp for schedule(dynamic, 64)
+        for (int64_t r = 0; r < rows; ++r) {
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (int64_t k = indptr[r]; k < static_cast<int64_t>(indptr[r + 1]); ++k) {
+                widen(dense + static_cast<int64_t>(indices[k]) * stride, source.data(), stride);
+                widen(values + k * heads, weight.data(), heads);
+                for (int64_t h = 0; h < heads; ++h) {
+                    const float w = weight[h];
+                    float* d = acc.data() + h * width;
+                    const float* s = source.data() + h * width;
+                    for (int64_t c = 0; c < width; ++c) d[c] += w * s[c];
+                }
+            }
+            narrow(acc.data(), out + r * stride, stride);
+        }
+    }
+}
+
+// spmm_t_rows on float16 storage: the scatter runs into a float32 buffer (cols, H, F) that is rounded
+// to float16 once at the end; each thread owns a column range of it, as in spmm_t_rows.
+template <typename I>
+void spmm_t_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
+                      const uint16_t* dense, int64_t rows, int64_t cols, int64_t heads, int64_t width) {
+    const int64_t stride = heads * width;
+    std::vector<float> total(static_cast<size_t>(cols * stride), 0.0f);
+    const bool parallel = static_cast<int64_t>(indptr[rows]) * stride >= kGraphParallelGrain && stride >= 16;
+#pragma omp parallel if (parallel)
+    {
+#ifdef _OPENMP
+        const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
+#else
+        const int64_t threads = 1, me = 0;
+#endif
+        const int64_t lo = stride * me / threads, hi = stride * (me + 1) / threads;
+        std::vector<float> source(stride), weight(heads);
+        for (int64_t r = 0; r < rows; ++r) {
+            if (indptr[r + 1] == indptr[r]) continue;
+            widen(dense + r * stride + lo, source.data() + lo, hi - lo);
+            for (int64_t k = indptr[r]; k < static_cast<int64_t>(indptr[r + 1]); ++k) {
+                float* dst = total.data() + static_cast<int64_t>(indices[k]) * stride;
+                widen(values + k * heads, weight.data(), heads);
+                for (int64_t h = 0; h < heads; ++h) {
+                    const int64_t begin = std::max(lo, h * width), end = std::min(hi, (h + 1) * width);
+                    const float w = weight[h];
+                    for (int64_t c = begin; c < end; ++c) dst[c] += w * source[c];
+                }
+            }
+        }
+#pragma omp barrier
+        const int64_t size = cols * stride, first = size * me / threads, last = size * (me + 1) / threads;
+        narrow(total.data() + first, out + first, last - first);
+    }
+}
+
+// The float16 entry of graph_spmm / graph_spmm_t: both value arrays float16, indexes int32 or int64.
+template <typename Fn>
+py::array with_half_index(std::initializer_list<Named> values, std::initializer_list<Named> indexes, Fn&& fn) {
+    for (const Named& operand : values) {
+        if (!is_float(operand.array, 2)) {
+            throw py::type_error(std::string(operand.name) + " has dtype " + std::string(py::str(operand.array.dtype())) +
+                                 ", which differs from the other operands");
+        }
+        require_contiguous(operand.array, operand.name);
+    }
+    return with_index(indexes.begin()->array, [&](auto i) -> py::array {
+        using I = decltype(i);
+        for (const Named& operand : indexes) require_dtype<I>(operand.array, operand.name);
+        return fn(i);
+    });
+}
+
+py::array float16_array(std::initializer_list<py::ssize_t> shape) {
+    return py::array(py::dtype("float16"), std::vector<py::ssize_t>(shape));
+}
+
+const uint16_t* half_data(const py::array& a) {
+    return static_cast<const uint16_t*>(a.data());
+}
+
 void check_pattern(const py::array& indptr, const py::array& indices) {
     if (indptr.ndim() != 1 || indices.ndim() != 1 || indptr.shape(0) < 1) {
         throw std::invalid_argument("expected indptr (R+1,) and indices (nnz,)");
@@ -234,6 +408,20 @@ py::array graph_spmm(py::array indptr, py::array indices, py::array values, py::
         throw std::invalid_argument("expected values (nnz, H) and dense (K, H, F)");
     }
     const int64_t rows = indptr.shape(0) - 1, heads = dense.shape(1), width = dense.shape(2);
+    if (is_float(dense, 2)) {
+        return with_half_index({{dense, "dense"}, {values, "values"}}, {{indptr, "indptr"}, {indices, "indices"}},
+                               [&](auto i) {
+            using I = decltype(i);
+            py::array out = float16_array({rows, heads, width});
+            uint16_t* o = static_cast<uint16_t*>(out.mutable_data());
+            {
+                py::gil_scoped_release release;
+                spmm_heads_rows_half(o, data_as<I>(indptr), data_as<I>(indices), half_data(values),
+                                     half_data(dense), rows, heads, width);
+            }
+            return out;
+        });
+    }
     return with_float_index({{dense, "dense"}, {values, "values"}}, {{indptr, "indptr"}, {indices, "indices"}},
                             [&](auto t, auto i) -> py::array {
         using T = decltype(t);
@@ -256,6 +444,20 @@ py::array graph_spmm_t(py::array indptr, py::array indices, py::array values, py
         throw std::invalid_argument("expected values (nnz, H) and dense (R, H, F)");
     }
     const int64_t rows = dense.shape(0), heads = dense.shape(1), width = dense.shape(2);
+    if (is_float(dense, 2)) {
+        return with_half_index({{dense, "dense"}, {values, "values"}}, {{indptr, "indptr"}, {indices, "indices"}},
+                               [&](auto i) {
+            using I = decltype(i);
+            py::array out = float16_array({cols, heads, width});
+            uint16_t* o = static_cast<uint16_t*>(out.mutable_data());
+            {
+                py::gil_scoped_release release;
+                spmm_t_rows_half(o, data_as<I>(indptr), data_as<I>(indices), half_data(values), half_data(dense),
+                                 rows, cols, heads, width);
+            }
+            return out;
+        });
+    }
     return with_float_index({{dense, "dense"}, {values, "values"}}, {{indptr, "indptr"}, {indices, "indices"}},
                             [&](auto t, auto i) -> py::array {
         using T = decltype(t);
