@@ -1,4 +1,4 @@
-"""float16 storage in the graph kernels: spmm and spmm_t read and write float16 arrays in C++ with
+"""float16 storage in the graph kernels: spmm, spmm_t and sddmm read and write float16 arrays in C++ with
 float32 accumulators; both paths must equal the float32 product of the widened inputs, rounded once."""
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ def path(request, monkeypatch):
         monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "1")
     else:
         monkeypatch.delenv("MSTRAIN_DISABLE_KERNELS", raising=False)
-        if not (G.available("graph_spmm") and G.available("graph_spmm_t")):
+        if not all(G.available(name) for name in ("graph_spmm", "graph_spmm_t", "graph_sddmm")):
             pytest.skip("C++ graph kernels are not built (pip install -e . builds them)")
         # The float16 path must not widen its operands in Python: the converter would now fail.
         monkeypatch.setattr(G, "to_float32", _must_not_run)
@@ -66,6 +66,26 @@ def test_float16_spmm_equals_float32_rounded_once(path, shape):
         want_t = _loop_spmm(indptr, indices, values, dense_t, True, cols)
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(out_t, want_t)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_float16_sddmm_equals_float32_rounded_once(path, shape):
+    rows, cols, heads, width, nnz = shape
+    rng = np.random.default_rng(cols)
+    indptr, indices = _random_csr(rng, rows, cols, nnz)
+    a = rng.standard_normal((rows, heads, width)).astype(np.float16)
+    b = rng.standard_normal((cols, heads, width)).astype(np.float16)
+    out = G.graph_sddmm(indptr, indices, a, b)
+    assert out.dtype == np.float16
+    row_ids = np.repeat(np.arange(rows), np.diff(indptr))
+    a32, b32 = a.astype(np.float32)[row_ids], b.astype(np.float32)[indices]
+    want = np.zeros((nnz, heads), np.float32)
+    for c in range(width):  # the kernels' order: features left to right
+        want += a32[:, :, c] * b32[:, :, c]
+    if path == "native":
+        np.testing.assert_array_equal(out, want.astype(np.float16))
+    else:  # numpy's einsum may add the features in another order: within float16's rounding
+        np.testing.assert_allclose(out.astype(np.float32), want, rtol=2.0 ** -10, atol=1e-6)
 
 
 @pytest.mark.parametrize("width", [1, 8])

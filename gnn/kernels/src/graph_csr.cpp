@@ -4,15 +4,11 @@
 // The numpy references and the input checks live in core/kernels/graph.py.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "dispatch.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include "float16.h"
 
 namespace mstrain {
 namespace {
@@ -223,86 +219,9 @@ void gat_attention_backward_rows(T* grad_src, T* grad_dst, T* scratch, const I* 
     }
 }
 
-// ---- float16 storage, float32 arithmetic -------------------------------------------------------
-// float16 arrays arrive as their raw bits (uint16_t). Kernels widen each row they read to float32,
-// accumulate in float32 and round once when they store, so a float16 product equals the float32
-// kernel on the widened inputs rounded to float16 (no whole-tensor float32 copies in between).
-
-inline float half_bits_to_float(uint16_t h) {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu,
-                   mantissa = h & 0x3ffu;
-    if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24 is exact in float
-        const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-        return sign ? -magnitude : magnitude;
-    }
-    const uint32_t bits = sign | (exponent == 31 ? 0x7f800000u | (mantissa << 13)
-                                                 : ((exponent + 112) << 23) | (mantissa << 13));
-    float out;
-    std::memcpy(&out, &bits, sizeof out);
-    return out;
-}
-
-// Round to nearest even, inf beyond float16's range, NaN stays NaN (numpy's float32 -> float16).
-inline uint16_t float_to_half_bits(float value) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    const uint32_t sign = bits & 0x80000000u;
-    bits ^= sign;
-    uint16_t out;
-    if (bits >= (143u << 23)) {  // >= 65536 (rounds to inf) or inf / NaN
-        out = bits > 0x7f800000u ? 0x7e00 : 0x7c00;
-    } else if (bits < (113u << 23)) {  // below float16's normal range: let float addition round
-        const uint32_t magic_bits = 126u << 23;  // 0.5: its ulp is float16's subnormal step
-        float magic, sum;
-        std::memcpy(&magic, &magic_bits, sizeof magic);
-        std::memcpy(&sum, &bits, sizeof sum);
-        sum += magic;
-        uint32_t sum_bits;
-        std::memcpy(&sum_bits, &sum, sizeof sum_bits);
-        out = static_cast<uint16_t>(sum_bits - magic_bits);
-    } else {
-        const uint32_t odd = (bits >> 13) & 1u;
-        bits += (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd;
-        out = static_cast<uint16_t>(bits >> 13);
-    }
-    return static_cast<uint16_t>(out | (sign >> 16));
-}
-
-#if defined(__x86_64__) || defined(__i386__)
-__attribute__((target("avx,f16c"))) void widen_f16c(const uint16_t* in, float* out, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
-    }
-    for (; i < n; ++i) out[i] = half_bits_to_float(in[i]);
-}
-
-__attribute__((target("avx,f16c"))) void narrow_f16c(const float* in, uint16_t* out, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
-    }
-    for (; i < n; ++i) out[i] = float_to_half_bits(in[i]);
-}
-
-const bool kHasF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-#else
-const bool kHasF16c = false;
-void widen_f16c(const uint16_t*, float*, int64_t) {}
-void narrow_f16c(const float*, uint16_t*, int64_t) {}
-#endif
-
-void widen(const uint16_t* in, float* out, int64_t n) {
-    if (kHasF16c) return widen_f16c(in, out, n);
-    for (int64_t i = 0; i < n; ++i) out[i] = half_bits_to_float(in[i]);
-}
-
-void narrow(const float* in, uint16_t* out, int64_t n) {
-    if (kHasF16c) return narrow_f16c(in, out, n);
-    for (int64_t i = 0; i < n; ++i) out[i] = float_to_half_bits(in[i]);
-}
+// ---- float16 storage (float16.h: widen / narrow), float32 arithmetic ---------------------------
+// Kernels widen each row they read to float32, accumulate in float32 and round once when they store,
+// so a float16 product equals the float32 kernel on the widened inputs rounded to float16.
 
 // spmm_heads_rows on float16 storage: a float32 accumulator row per target, one rounding per output.
 template <typename I>
@@ -367,7 +286,35 @@ void spmm_t_rows_half(uint16_t* out, const I* indptr, const I* indices, const ui
     }
 }
 
-// The float16 entry of graph_spmm / graph_spmm_t: both value arrays float16, indexes int32 or int64.
+// sddmm_heads_rows on float16 storage: float32 dot products, each rounded once.
+template <typename I>
+void sddmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* a, const uint16_t* b,
+                           int64_t rows, int64_t heads, int64_t width) {
+    const int64_t stride = heads * width;
+    const bool parallel = static_cast<int64_t>(indptr[rows]) * stride >= kGraphParallelGrain;
+#pragma omp parallel if (parallel)
+    {
+        std::vector<float> left(stride), right(stride), dots(heads);
+#pragma omp for schedule(dynamic, 64)
+        for (int64_t r = 0; r < rows; ++r) {
+            if (indptr[r + 1] == indptr[r]) continue;
+            widen(a + r * stride, left.data(), stride);
+            for (int64_t k = indptr[r]; k < static_cast<int64_t>(indptr[r + 1]); ++k) {
+                widen(b + static_cast<int64_t>(indices[k]) * stride, right.data(), stride);
+                for (int64_t h = 0; h < heads; ++h) {
+                    float acc = 0.0f;
+                    const float* l = left.data() + h * width;
+                    const float* s = right.data() + h * width;
+                    for (int64_t c = 0; c < width; ++c) acc += l[c] * s[c];
+                    dots[h] = acc;
+                }
+                narrow(dots.data(), out + k * heads, heads);
+            }
+        }
+    }
+}
+
+// The float16 entry of graph_spmm / graph_spmm_t / graph_sddmm: both value arrays float16, indexes int32 or int64.
 template <typename Fn>
 py::array with_half_index(std::initializer_list<Named> values, std::initializer_list<Named> indexes, Fn&& fn) {
     for (const Named& operand : values) {
@@ -480,6 +427,19 @@ py::array graph_sddmm(py::array indptr, py::array indices, py::array a, py::arra
         throw std::invalid_argument("expected a (R, H, F) and b (K, H, F)");
     }
     const int64_t rows = a.shape(0), heads = a.shape(1), width = a.shape(2), nnz = indices.shape(0);
+    if (is_float(a, 2)) {
+        return with_half_index({{a, "a"}, {b, "b"}}, {{indptr, "indptr"}, {indices, "indices"}}, [&](auto i) {
+            using I = decltype(i);
+            py::array out = float16_array({nnz, heads});
+            uint16_t* o = static_cast<uint16_t*>(out.mutable_data());
+            {
+                py::gil_scoped_release release;
+                sddmm_heads_rows_half(o, data_as<I>(indptr), data_as<I>(indices), half_data(a), half_data(b), rows,
+                                      heads, width);
+            }
+            return out;
+        });
+    }
     return with_float_index({{a, "a"}, {b, "b"}}, {{indptr, "indptr"}, {indices, "indices"}},
                             [&](auto t, auto i) -> py::array {
         using T = decltype(t);
