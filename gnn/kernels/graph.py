@@ -17,7 +17,8 @@ its inputs once, then runs the C++ kernel of `gnn/kernels/src/graph_csr.cpp` (bu
 `mstrain.gnn.kernels._graph_csr`, reached through `mstrain.kernels.native_module`) when it is built
 (and not disabled by MSTRAIN_DISABLE_KERNELS), else the numpy reference `reference_<name>` below; the
 tests compare the two. float16 inputs run in float32 and return float16 (fp32 accumulation); the
-C++ spmm, spmm_t and sddmm read and write float16 arrays directly (float32 accumulators, no float32 copies).
+C++ spmm, spmm_t, sddmm and the GAT attention pair read and write float16 arrays themselves (float32
+accumulators; no float32 copies in Python).
 """
 import numpy as np
 
@@ -31,7 +32,8 @@ __all__ = ["available", "graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_csr_
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # Kernels whose C++ reads and writes float16 arrays itself (float32 accumulators, one rounding per
 # output): no float32 copies of their operands or result. The others widen float16 operands first.
-_HALF_NATIVE = frozenset({"graph_spmm", "graph_spmm_t", "graph_sddmm"})
+_HALF_NATIVE = frozenset({"graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_gat_attention",
+                          "graph_gat_attention_backward"})
 
 
 def _native(name, *arrays):

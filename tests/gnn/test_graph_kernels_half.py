@@ -12,7 +12,7 @@ def path(request, monkeypatch):
         monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "1")
     else:
         monkeypatch.delenv("MSTRAIN_DISABLE_KERNELS", raising=False)
-        if not all(G.available(name) for name in ("graph_spmm", "graph_spmm_t", "graph_sddmm")):
+        if not all(G.available(name) for name in sorted(G._HALF_NATIVE)):
             pytest.skip("C++ graph kernels are not built (pip install -e . builds them)")
         # The float16 path must not widen its operands in Python: the converter would now fail.
         monkeypatch.setattr(G, "to_float32", _must_not_run)
@@ -86,6 +86,29 @@ def test_float16_sddmm_equals_float32_rounded_once(path, shape):
         np.testing.assert_array_equal(out, want.astype(np.float16))
     else:  # numpy's einsum may add the features in another order: within float16's rounding
         np.testing.assert_allclose(out.astype(np.float32), want, rtol=2.0 ** -10, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_float16_gat_attention_pair_equals_float32_rounded_once(path, shape):
+    rows, cols, heads, _, nnz = shape
+    rng = np.random.default_rng(nnz)
+    indptr, indices = _random_csr(rng, rows, cols, nnz)
+    src, dst = (rng.standard_normal((n, heads)).astype(np.float16) for n in (cols, rows))
+    grad = rng.standard_normal((nnz, heads)).astype(np.float16)
+    alpha = G.graph_gat_attention(indptr, indices, src, dst, 0.2)
+    grad_src, grad_dst = G.graph_gat_attention_backward(indptr, indices, alpha, grad, src, dst, 0.2)
+    assert alpha.dtype == grad_src.dtype == grad_dst.dtype == np.float16
+    src32, dst32, alpha32, grad32 = (a.astype(np.float32) for a in (src, dst, alpha, grad))
+    want = [G.reference_graph_gat_attention(indptr, indices, src32, dst32, 0.2),
+            *G.reference_graph_gat_attention_backward(indptr, indices, alpha32, grad32, src32, dst32, 0.2)]
+    for got, expected in zip((alpha, grad_src, grad_dst), want):
+        np.testing.assert_allclose(got.astype(np.float32), expected, rtol=2.0 ** -10, atol=1e-5)
+    if path == "native":  # the float32 kernels on the widened inputs, rounded once: the same bits
+        np.testing.assert_array_equal(alpha, G.graph_gat_attention(indptr, indices, src32, dst32, 0.2)
+                                      .astype(np.float16))
+        wide_grads = G.graph_gat_attention_backward(indptr, indices, alpha32, grad32, src32, dst32, 0.2)
+        for got, expected in zip((grad_src, grad_dst), wide_grads):
+            np.testing.assert_array_equal(got, expected.astype(np.float16))
 
 
 @pytest.mark.parametrize("width", [1, 8])

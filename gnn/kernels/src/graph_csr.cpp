@@ -314,9 +314,9 @@ void sddmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, con
     }
 }
 
-// The float16 entry of graph_spmm / graph_spmm_t / graph_sddmm: both value arrays float16, indexes int32 or int64.
+// The float16 entry of the kernels: every value array float16, indexes int32 or int64.
 template <typename Fn>
-py::array with_half_index(std::initializer_list<Named> values, std::initializer_list<Named> indexes, Fn&& fn) {
+auto with_half_index(std::initializer_list<Named> values, std::initializer_list<Named> indexes, Fn&& fn) {
     for (const Named& operand : values) {
         if (!is_float(operand.array, 2)) {
             throw py::type_error(std::string(operand.name) + " has dtype " + std::string(py::str(operand.array.dtype())) +
@@ -324,7 +324,7 @@ py::array with_half_index(std::initializer_list<Named> values, std::initializer_
         }
         require_contiguous(operand.array, operand.name);
     }
-    return with_index(indexes.begin()->array, [&](auto i) -> py::array {
+    return with_index(indexes.begin()->array, [&](auto i) {
         using I = decltype(i);
         for (const Named& operand : indexes) require_dtype<I>(operand.array, operand.name);
         return fn(i);
@@ -337,6 +337,18 @@ py::array float16_array(std::initializer_list<py::ssize_t> shape) {
 
 const uint16_t* half_data(const py::array& a) {
     return static_cast<const uint16_t*>(a.data());
+}
+
+uint16_t* half_data(py::array& a) {
+    return static_cast<uint16_t*>(a.mutable_data());
+}
+
+// Per-entry kernels (attention) touch (nnz, H) and (K, H) arrays only: they run their float32 kernel
+// on whole widened copies made here in C++, which are small next to the (K, H, F) features.
+std::vector<float> widened(const uint16_t* bits, int64_t n) {
+    std::vector<float> out(static_cast<size_t>(n));
+    widen(bits, out.data(), n);
+    return out;
 }
 
 void check_pattern(const py::array& indptr, const py::array& indices) {
@@ -498,7 +510,23 @@ py::array graph_gat_attention(py::array indptr, py::array indices, py::array src
         dst.shape(0) != indptr.shape(0) - 1) {
         throw std::invalid_argument("expected src (K, H) and dst (R, H)");
     }
-    const int64_t rows = dst.shape(0), heads = dst.shape(1), nnz = indices.shape(0);
+    const int64_t rows = dst.shape(0), cols = src.shape(0), heads = dst.shape(1), nnz = indices.shape(0);
+    if (is_float(src, 2)) {
+        return with_half_index({{src, "src"}, {dst, "dst"}}, {{indptr, "indptr"}, {indices, "indices"}}, [&](auto i) {
+            using I = decltype(i);
+            py::array out = float16_array({nnz, heads});
+            uint16_t* o = half_data(out);
+            const uint16_t *s = half_data(src), *d = half_data(dst);
+            {
+                py::gil_scoped_release release;
+                std::vector<float> src32 = widened(s, cols * heads), dst32 = widened(d, rows * heads), alpha(nnz * heads);
+                gat_attention_rows(alpha.data(), data_as<I>(indptr), data_as<I>(indices), src32.data(), dst32.data(),
+                                   rows, heads, static_cast<float>(slope));
+                narrow(alpha.data(), o, nnz * heads);
+            }
+            return out;
+        });
+    }
     return with_float_index({{src, "src"}, {dst, "dst"}}, {{indptr, "indptr"}, {indices, "indices"}},
                             [&](auto t, auto i) -> py::array {
         using T = decltype(t);
@@ -524,6 +552,27 @@ py::tuple graph_gat_attention_backward(py::array indptr, py::array indices, py::
         throw std::invalid_argument("expected alpha, grad (nnz, H), src (K, H), dst (R, H)");
     }
     const int64_t rows = dst.shape(0), cols = src.shape(0), heads = dst.shape(1), nnz = indices.shape(0);
+    if (is_float(src, 2)) {
+        return with_half_index({{src, "src"}, {alpha, "alpha"}, {grad, "grad"}, {dst, "dst"}},
+                               {{indptr, "indptr"}, {indices, "indices"}}, [&](auto i) {
+            using I = decltype(i);
+            py::array grad_src = float16_array({cols, heads}), grad_dst = float16_array({rows, heads});
+            uint16_t *gs = half_data(grad_src), *gd = half_data(grad_dst);
+            const uint16_t *a = half_data(alpha), *g = half_data(grad), *s = half_data(src), *d = half_data(dst);
+            {
+                py::gil_scoped_release release;
+                std::vector<float> alpha32 = widened(a, nnz * heads), grad32 = widened(g, nnz * heads),
+                                   src32 = widened(s, cols * heads), dst32 = widened(d, rows * heads),
+                                   gs32(cols * heads), gd32(rows * heads), scratch(nnz * heads);
+                gat_attention_backward_rows(gs32.data(), gd32.data(), scratch.data(), data_as<I>(indptr),
+                                            data_as<I>(indices), alpha32.data(), grad32.data(), src32.data(),
+                                            dst32.data(), rows, cols, heads, static_cast<float>(slope));
+                narrow(gs32.data(), gs, cols * heads);
+                narrow(gd32.data(), gd, rows * heads);
+            }
+            return py::make_tuple(grad_src, grad_dst);
+        });
+    }
     return with_float_index({{src, "src"}, {alpha, "alpha"}, {grad, "grad"}, {dst, "dst"}},
                             {{indptr, "indptr"}, {indices, "indices"}}, [&](auto t, auto i) -> py::tuple {
         using T = decltype(t);
