@@ -24,6 +24,12 @@ def _must_not_run(*args, **kwargs):
     raise AssertionError("float16 operands were converted in Python although the C++ kernel reads them")
 
 
+def _read_only(*arrays):
+    """Operands as a compiled step hands them over: the kernels must not ask for write access."""
+    for array in arrays:
+        array.setflags(write=False)
+
+
 def _random_csr(rng, rows, cols, nnz):
     indptr = np.zeros(rows + 1, np.int64)
     np.cumsum(np.bincount(rng.integers(0, rows, nnz), minlength=rows), out=indptr[1:])
@@ -54,6 +60,7 @@ def test_float16_spmm_equals_float32_rounded_once(path, shape):
     values = rng.standard_normal((nnz, heads)).astype(np.float16)
     dense = rng.standard_normal((cols, heads, width)).astype(np.float16)
     dense_t = rng.standard_normal((rows, heads, width)).astype(np.float16)
+    _read_only(values, dense, dense_t)
     out = G.graph_spmm(indptr, indices, values, dense)
     out_t = G.graph_spmm_t(indptr, indices, values, dense_t, cols)
     assert out.dtype == np.float16 and out_t.dtype == np.float16
@@ -75,6 +82,7 @@ def test_float16_sddmm_equals_float32_rounded_once(path, shape):
     indptr, indices = _random_csr(rng, rows, cols, nnz)
     a = rng.standard_normal((rows, heads, width)).astype(np.float16)
     b = rng.standard_normal((cols, heads, width)).astype(np.float16)
+    _read_only(a, b)
     out = G.graph_sddmm(indptr, indices, a, b)
     assert out.dtype == np.float16
     row_ids = np.repeat(np.arange(rows), np.diff(indptr))
@@ -95,7 +103,9 @@ def test_float16_gat_attention_pair_equals_float32_rounded_once(path, shape):
     indptr, indices = _random_csr(rng, rows, cols, nnz)
     src, dst = (rng.standard_normal((n, heads)).astype(np.float16) for n in (cols, rows))
     grad = rng.standard_normal((nnz, heads)).astype(np.float16)
+    _read_only(src, dst, grad)
     alpha = G.graph_gat_attention(indptr, indices, src, dst, 0.2)
+    _read_only(alpha)
     grad_src, grad_dst = G.graph_gat_attention_backward(indptr, indices, alpha, grad, src, dst, 0.2)
     assert alpha.dtype == grad_src.dtype == grad_dst.dtype == np.float16
     src32, dst32, alpha32, grad32 = (a.astype(np.float32) for a in (src, dst, alpha, grad))

@@ -339,7 +339,7 @@ const uint16_t* half_data(const py::array& a) {
     return static_cast<const uint16_t*>(a.data());
 }
 
-uint16_t* half_data(py::array& a) {
+uint16_t* half_out(py::array& a) {
     return static_cast<uint16_t*>(a.mutable_data());
 }
 
@@ -372,7 +372,7 @@ py::array graph_spmm(py::array indptr, py::array indices, py::array values, py::
                                [&](auto i) {
             using I = decltype(i);
             py::array out = float16_array({rows, heads, width});
-            uint16_t* o = static_cast<uint16_t*>(out.mutable_data());
+            uint16_t* o = half_out(out);
             {
                 py::gil_scoped_release release;
                 spmm_heads_rows_half(o, data_as<I>(indptr), data_as<I>(indices), half_data(values),
@@ -408,7 +408,7 @@ py::array graph_spmm_t(py::array indptr, py::array indices, py::array values, py
                                [&](auto i) {
             using I = decltype(i);
             py::array out = float16_array({cols, heads, width});
-            uint16_t* o = static_cast<uint16_t*>(out.mutable_data());
+            uint16_t* o = half_out(out);
             {
                 py::gil_scoped_release release;
                 spmm_t_rows_half(o, data_as<I>(indptr), data_as<I>(indices), half_data(values), half_data(dense),
@@ -443,7 +443,7 @@ py::array graph_sddmm(py::array indptr, py::array indices, py::array a, py::arra
         return with_half_index({{a, "a"}, {b, "b"}}, {{indptr, "indptr"}, {indices, "indices"}}, [&](auto i) {
             using I = decltype(i);
             py::array out = float16_array({nnz, heads});
-            uint16_t* o = static_cast<uint16_t*>(out.mutable_data());
+            uint16_t* o = half_out(out);
             {
                 py::gil_scoped_release release;
                 sddmm_heads_rows_half(o, data_as<I>(indptr), data_as<I>(indices), half_data(a), half_data(b), rows,
@@ -515,7 +515,7 @@ py::array graph_gat_attention(py::array indptr, py::array indices, py::array src
         return with_half_index({{src, "src"}, {dst, "dst"}}, {{indptr, "indptr"}, {indices, "indices"}}, [&](auto i) {
             using I = decltype(i);
             py::array out = float16_array({nnz, heads});
-            uint16_t* o = half_data(out);
+            uint16_t* o = half_out(out);
             const uint16_t *s = half_data(src), *d = half_data(dst);
             {
                 py::gil_scoped_release release;
@@ -557,7 +557,7 @@ py::tuple graph_gat_attention_backward(py::array indptr, py::array indices, py::
                                {{indptr, "indptr"}, {indices, "indices"}}, [&](auto i) {
             using I = decltype(i);
             py::array grad_src = float16_array({cols, heads}), grad_dst = float16_array({rows, heads});
-            uint16_t *gs = half_data(grad_src), *gd = half_data(grad_dst);
+            uint16_t *gs = half_out(grad_src), *gd = half_out(grad_dst);
             const uint16_t *a = half_data(alpha), *g = half_data(grad), *s = half_data(src), *d = half_data(dst);
             {
                 py::gil_scoped_release release;
