@@ -73,7 +73,11 @@ inline __attribute__((target("avx,f16c"))) void narrow_f16c(const float* in, uin
     for (; i < n; ++i) out[i] = float_to_half_bits(in[i]);
 }
 
-inline const bool kHasF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+// Evaluated while the module loads, possibly before libgcc's own CPU probe ran: probe first.
+inline const bool kHasF16c = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+}();
 #else
 inline const bool kHasF16c = false;
 inline void widen_f16c(const uint16_t*, float*, int64_t) {}
