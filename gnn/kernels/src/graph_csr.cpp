@@ -220,98 +220,44 @@ void gat_attention_backward_rows(T* grad_src, T* grad_dst, T* scratch, const I* 
 }
 
 // ---- float16 storage (float16.h: widen / narrow), float32 arithmetic ---------------------------
-// Kernels widen each row they read to float32, accumulate in float32 and round once when they store,
-// so a float16 product equals the float32 kernel on the widened inputs rounded to float16.
+// A float16 kernel widens its operands to float32 in C++ (one F16C pass each: a source row is read by
+// several entries, so widening it once beats widening it per entry), runs the float32 kernel and
+// rounds each output once: it equals the float32 kernel on the widened inputs, rounded to float16.
 
-// spmm_heads_rows on float16 storage: a float32 accumulator row per target, one rounding per output.
-template <typename I>
-void spmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
-                          const uint16_t* dense, int64_t rows, int64_t heads, int64_t width) {
-    const int64_t stride = heads * width;
-    const bool parallel = static_cast<int64_t>(indptr[rows]) * stride >= kGraphParallelGrain;
-#pragma omp parallel if (parallel)
-    {
-        std::vector<float> acc(stride), source(stride), weight(heads);
-#pragma omp for schedule(dynamic, 64)
-        for (int64_t r = 0; r < rows; ++r) {
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            for (int64_t k = indptr[r]; k < static_cast<int64_t>(indptr[r + 1]); ++k) {
-                widen(dense + static_cast<int64_t>(indices[k]) * stride, source.data(), stride);
-                widen(values + k * heads, weight.data(), heads);
-                for (int64_t h = 0; h < heads; ++h) {
-                    const float w = weight[h];
-                    float* d = acc.data() + h * width;
-                    const float* s = source.data() + h * width;
-                    for (int64_t c = 0; c < width; ++c) d[c] += w * s[c];
-                }
-            }
-            narrow(acc.data(), out + r * stride, stride);
-        }
-    }
+std::vector<float> widened(const uint16_t* bits, int64_t n) {
+    std::vector<float> out(static_cast<size_t>(n));
+    widen(bits, out.data(), n);
+    return out;
 }
 
-// spmm_t_rows on float16 storage: the scatter runs into a float32 buffer (cols, H, F) that is rounded
-// to float16 once at the end; each thread owns a column range of it, as in spmm_t_rows.
+template <typename I>
+void spmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
+                          const uint16_t* dense, int64_t rows, int64_t sources, int64_t heads, int64_t width) {
+    const int64_t stride = heads * width;
+    std::vector<float> values32 = widened(values, static_cast<int64_t>(indptr[rows]) * heads),
+                       dense32 = widened(dense, sources * stride), out32(static_cast<size_t>(rows * stride));
+    spmm_heads_rows(out32.data(), indptr, indices, values32.data(), dense32.data(), rows, heads, width);
+    narrow(out32.data(), out, rows * stride);
+}
+
 template <typename I>
 void spmm_t_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
                       const uint16_t* dense, int64_t rows, int64_t cols, int64_t heads, int64_t width) {
     const int64_t stride = heads * width;
-    std::vector<float> total(static_cast<size_t>(cols * stride), 0.0f);
-    const bool parallel = static_cast<int64_t>(indptr[rows]) * stride >= kGraphParallelGrain && stride >= 16;
-#pragma omp parallel if (parallel)
-    {
-#ifdef _OPENMP
-        const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
-#else
-        const int64_t threads = 1, me = 0;
-#endif
-        const int64_t lo = stride * me / threads, hi = stride * (me + 1) / threads;
-        std::vector<float> source(stride), weight(heads);
-        for (int64_t r = 0; r < rows; ++r) {
-            if (indptr[r + 1] == indptr[r]) continue;
-            widen(dense + r * stride + lo, source.data() + lo, hi - lo);
-            for (int64_t k = indptr[r]; k < static_cast<int64_t>(indptr[r + 1]); ++k) {
-                float* dst = total.data() + static_cast<int64_t>(indices[k]) * stride;
-                widen(values + k * heads, weight.data(), heads);
-                for (int64_t h = 0; h < heads; ++h) {
-                    const int64_t begin = std::max(lo, h * width), end = std::min(hi, (h + 1) * width);
-                    const float w = weight[h];
-                    for (int64_t c = begin; c < end; ++c) dst[c] += w * source[c];
-                }
-            }
-        }
-#pragma omp barrier
-        const int64_t size = cols * stride, first = size * me / threads, last = size * (me + 1) / threads;
-        narrow(total.data() + first, out + first, last - first);
-    }
+    std::vector<float> values32 = widened(values, static_cast<int64_t>(indptr[rows]) * heads),
+                       dense32 = widened(dense, rows * stride), out32(static_cast<size_t>(cols * stride));
+    spmm_t_rows(out32.data(), indptr, indices, values32.data(), dense32.data(), rows, cols, heads, width);
+    narrow(out32.data(), out, cols * stride);
 }
 
-// sddmm_heads_rows on float16 storage: float32 dot products, each rounded once.
 template <typename I>
 void sddmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* a, const uint16_t* b,
-                           int64_t rows, int64_t heads, int64_t width) {
-    const int64_t stride = heads * width;
-    const bool parallel = static_cast<int64_t>(indptr[rows]) * stride >= kGraphParallelGrain;
-#pragma omp parallel if (parallel)
-    {
-        std::vector<float> left(stride), right(stride), dots(heads);
-#pragma omp for schedule(dynamic, 64)
-        for (int64_t r = 0; r < rows; ++r) {
-            if (indptr[r + 1] == indptr[r]) continue;
-            widen(a + r * stride, left.data(), stride);
-            for (int64_t k = indptr[r]; k < static_cast<int64_t>(indptr[r + 1]); ++k) {
-                widen(b + static_cast<int64_t>(indices[k]) * stride, right.data(), stride);
-                for (int64_t h = 0; h < heads; ++h) {
-                    float acc = 0.0f;
-                    const float* l = left.data() + h * width;
-                    const float* s = right.data() + h * width;
-                    for (int64_t c = 0; c < width; ++c) acc += l[c] * s[c];
-                    dots[h] = acc;
-                }
-                narrow(dots.data(), out + k * heads, heads);
-            }
-        }
-    }
+                           int64_t rows, int64_t sources, int64_t heads, int64_t width) {
+    const int64_t stride = heads * width, nnz = indptr[rows];
+    std::vector<float> a32 = widened(a, rows * stride), b32 = widened(b, sources * stride),
+                       out32(static_cast<size_t>(nnz * heads));
+    sddmm_heads_rows(out32.data(), indptr, indices, a32.data(), b32.data(), rows, heads, width);
+    narrow(out32.data(), out, nnz * heads);
 }
 
 // The float16 entry of the kernels: every value array float16, indexes int32 or int64.
@@ -343,14 +289,6 @@ uint16_t* half_out(py::array& a) {
     return static_cast<uint16_t*>(a.mutable_data());
 }
 
-// Per-entry kernels (attention) touch (nnz, H) and (K, H) arrays only: they run their float32 kernel
-// on whole widened copies made here in C++, which are small next to the (K, H, F) features.
-std::vector<float> widened(const uint16_t* bits, int64_t n) {
-    std::vector<float> out(static_cast<size_t>(n));
-    widen(bits, out.data(), n);
-    return out;
-}
-
 void check_pattern(const py::array& indptr, const py::array& indices) {
     if (indptr.ndim() != 1 || indices.ndim() != 1 || indptr.shape(0) < 1) {
         throw std::invalid_argument("expected indptr (R+1,) and indices (nnz,)");
@@ -376,7 +314,7 @@ py::array graph_spmm(py::array indptr, py::array indices, py::array values, py::
             {
                 py::gil_scoped_release release;
                 spmm_heads_rows_half(o, data_as<I>(indptr), data_as<I>(indices), half_data(values),
-                                     half_data(dense), rows, heads, width);
+                                     half_data(dense), rows, dense.shape(0), heads, width);
             }
             return out;
         });
@@ -447,7 +385,7 @@ py::array graph_sddmm(py::array indptr, py::array indices, py::array a, py::arra
             {
                 py::gil_scoped_release release;
                 sddmm_heads_rows_half(o, data_as<I>(indptr), data_as<I>(indices), half_data(a), half_data(b), rows,
-                                      heads, width);
+                                      b.shape(0), heads, width);
             }
             return out;
         });
