@@ -30,8 +30,8 @@ __all__ = ["available", "graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_csr_
            "graph_gat_attention", "graph_gat_attention_backward", "row_reduce"]
 
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-# Kernels whose C++ reads and writes float16 arrays itself (float32 accumulators, one rounding per
-# output): no float32 copies of their operands or result. The others widen float16 operands first.
+# Kernels whose C++ takes float16 arrays itself (widened there with F16C, float32 kernel, one rounding
+# per output): no float32 copies made in Python. The others get float16 operands widened here first.
 _HALF_NATIVE = frozenset({"graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_gat_attention",
                           "graph_gat_attention_backward"})
 
