@@ -16,7 +16,9 @@ Shapes: values / scores / alpha / g (nnz, H); dense, b (K, H, F); a (R, H, F); s
 its inputs once, then runs the C++ kernel of `gnn/kernels/src/graph_csr.cpp` (built by setup.py as
 `mstrain.gnn.kernels._graph_csr`, reached through `mstrain.kernels.native_module`) when it is built
 (and not disabled by MSTRAIN_DISABLE_KERNELS), else the numpy reference `reference_<name>` below; the
-tests compare the two. float16 inputs run in float32 and return float16 (fp32 accumulation).
+tests compare the two. float16 inputs run in float32 and return float16 (fp32 accumulation); the
+C++ spmm, spmm_t, sddmm and the GAT attention pair read and write float16 arrays themselves (float32
+accumulators; no float32 copies in Python).
 """
 import numpy as np
 
@@ -28,6 +30,10 @@ __all__ = ["available", "graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_csr_
            "graph_gat_attention", "graph_gat_attention_backward", "row_reduce"]
 
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# Kernels whose C++ takes float16 arrays itself (widened there with F16C, float32 kernel, one rounding
+# per output): no float32 copies made in Python. The others get float16 operands widened here first.
+_HALF_NATIVE = frozenset({"graph_spmm", "graph_spmm_t", "graph_sddmm", "graph_gat_attention",
+                          "graph_gat_attention_backward"})
 
 
 def _native(name, *arrays):
@@ -139,6 +145,11 @@ def _compute_dtype(*arrays):
 def _run(name, reference, indexes, floats, out_dtype, scalars=()):
     """Run kernel `name` (C++ when available for these arrays, else numpy) in its compute dtype."""
     compute = _compute_dtype(*floats)
+    if name in _HALF_NATIVE and all(a.dtype == np.float16 for a in floats):
+        halves = [np.ascontiguousarray(a) for a in floats]
+        native = _native(name, *indexes, *halves)
+        if native is not None:
+            return native(*indexes, *halves, *scalars)
     floats = [to_float32(a) if a.dtype == np.float16 else np.ascontiguousarray(a, dtype=compute) for a in floats]
     arrays = list(indexes) + floats
     native = _native(name, *arrays) if compute in _NATIVE_DTYPES else None

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dispatch.h"
+#include "float16.h"
 
 namespace mstrain {
 namespace {
@@ -218,6 +219,76 @@ void gat_attention_backward_rows(T* grad_src, T* grad_dst, T* scratch, const I* 
     }
 }
 
+// ---- float16 storage (float16.h: widen / narrow), float32 arithmetic ---------------------------
+// A float16 kernel widens its operands to float32 in C++ (one F16C pass each: a source row is read by
+// several entries, so widening it once beats widening it per entry), runs the float32 kernel and
+// rounds each output once: it equals the float32 kernel on the widened inputs, rounded to float16.
+
+std::vector<float> widened(const uint16_t* bits, int64_t n) {
+    std::vector<float> out(static_cast<size_t>(n));
+    widen(bits, out.data(), n);
+    return out;
+}
+
+template <typename I>
+void spmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
+                          const uint16_t* dense, int64_t rows, int64_t sources, int64_t heads, int64_t width) {
+    const int64_t stride = heads * width;
+    std::vector<float> values32 = widened(values, static_cast<int64_t>(indptr[rows]) * heads),
+                       dense32 = widened(dense, sources * stride), out32(static_cast<size_t>(rows * stride));
+    spmm_heads_rows(out32.data(), indptr, indices, values32.data(), dense32.data(), rows, heads, width);
+    narrow(out32.data(), out, rows * stride);
+}
+
+template <typename I>
+void spmm_t_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
+                      const uint16_t* dense, int64_t rows, int64_t cols, int64_t heads, int64_t width) {
+    const int64_t stride = heads * width;
+    std::vector<float> values32 = widened(values, static_cast<int64_t>(indptr[rows]) * heads),
+                       dense32 = widened(dense, rows * stride), out32(static_cast<size_t>(cols * stride));
+    spmm_t_rows(out32.data(), indptr, indices, values32.data(), dense32.data(), rows, cols, heads, width);
+    narrow(out32.data(), out, cols * stride);
+}
+
+template <typename I>
+void sddmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* a, const uint16_t* b,
+                           int64_t rows, int64_t sources, int64_t heads, int64_t width) {
+    const int64_t stride = heads * width, nnz = indptr[rows];
+    std::vector<float> a32 = widened(a, rows * stride), b32 = widened(b, sources * stride),
+                       out32(static_cast<size_t>(nnz * heads));
+    sddmm_heads_rows(out32.data(), indptr, indices, a32.data(), b32.data(), rows, heads, width);
+    narrow(out32.data(), out, nnz * heads);
+}
+
+// The float16 entry of the kernels: every value array float16, indexes int32 or int64.
+template <typename Fn>
+auto with_half_index(std::initializer_list<Named> values, std::initializer_list<Named> indexes, Fn&& fn) {
+    for (const Named& operand : values) {
+        if (!is_float(operand.array, 2)) {
+            throw py::type_error(std::string(operand.name) + " has dtype " + std::string(py::str(operand.array.dtype())) +
+                                 ", which differs from the other operands");
+        }
+        require_contiguous(operand.array, operand.name);
+    }
+    return with_index(indexes.begin()->array, [&](auto i) {
+        using I = decltype(i);
+        for (const Named& operand : indexes) require_dtype<I>(operand.array, operand.name);
+        return fn(i);
+    });
+}
+
+py::array float16_array(std::initializer_list<py::ssize_t> shape) {
+    return py::array(py::dtype("float16"), std::vector<py::ssize_t>(shape));
+}
+
+const uint16_t* half_data(const py::array& a) {
+    return static_cast<const uint16_t*>(a.data());
+}
+
+uint16_t* half_out(py::array& a) {
+    return static_cast<uint16_t*>(a.mutable_data());
+}
+
 void check_pattern(const py::array& indptr, const py::array& indices) {
     if (indptr.ndim() != 1 || indices.ndim() != 1 || indptr.shape(0) < 1) {
         throw std::invalid_argument("expected indptr (R+1,) and indices (nnz,)");
@@ -234,6 +305,20 @@ py::array graph_spmm(py::array indptr, py::array indices, py::array values, py::
         throw std::invalid_argument("expected values (nnz, H) and dense (K, H, F)");
     }
     const int64_t rows = indptr.shape(0) - 1, heads = dense.shape(1), width = dense.shape(2);
+    if (is_float(dense, 2)) {
+        return with_half_index({{dense, "dense"}, {values, "values"}}, {{indptr, "indptr"}, {indices, "indices"}},
+                               [&](auto i) {
+            using I = decltype(i);
+            py::array out = float16_array({rows, heads, width});
+            uint16_t* o = half_out(out);
+            {
+                py::gil_scoped_release release;
+                spmm_heads_rows_half(o, data_as<I>(indptr), data_as<I>(indices), half_data(values),
+                                     half_data(dense), rows, dense.shape(0), heads, width);
+            }
+            return out;
+        });
+    }
     return with_float_index({{dense, "dense"}, {values, "values"}}, {{indptr, "indptr"}, {indices, "indices"}},
                             [&](auto t, auto i) -> py::array {
         using T = decltype(t);
@@ -256,6 +341,20 @@ py::array graph_spmm_t(py::array indptr, py::array indices, py::array values, py
         throw std::invalid_argument("expected values (nnz, H) and dense (R, H, F)");
     }
     const int64_t rows = dense.shape(0), heads = dense.shape(1), width = dense.shape(2);
+    if (is_float(dense, 2)) {
+        return with_half_index({{dense, "dense"}, {values, "values"}}, {{indptr, "indptr"}, {indices, "indices"}},
+                               [&](auto i) {
+            using I = decltype(i);
+            py::array out = float16_array({cols, heads, width});
+            uint16_t* o = half_out(out);
+            {
+                py::gil_scoped_release release;
+                spmm_t_rows_half(o, data_as<I>(indptr), data_as<I>(indices), half_data(values), half_data(dense),
+                                 rows, cols, heads, width);
+            }
+            return out;
+        });
+    }
     return with_float_index({{dense, "dense"}, {values, "values"}}, {{indptr, "indptr"}, {indices, "indices"}},
                             [&](auto t, auto i) -> py::array {
         using T = decltype(t);
@@ -278,6 +377,19 @@ py::array graph_sddmm(py::array indptr, py::array indices, py::array a, py::arra
         throw std::invalid_argument("expected a (R, H, F) and b (K, H, F)");
     }
     const int64_t rows = a.shape(0), heads = a.shape(1), width = a.shape(2), nnz = indices.shape(0);
+    if (is_float(a, 2)) {
+        return with_half_index({{a, "a"}, {b, "b"}}, {{indptr, "indptr"}, {indices, "indices"}}, [&](auto i) {
+            using I = decltype(i);
+            py::array out = float16_array({nnz, heads});
+            uint16_t* o = half_out(out);
+            {
+                py::gil_scoped_release release;
+                sddmm_heads_rows_half(o, data_as<I>(indptr), data_as<I>(indices), half_data(a), half_data(b), rows,
+                                      b.shape(0), heads, width);
+            }
+            return out;
+        });
+    }
     return with_float_index({{a, "a"}, {b, "b"}}, {{indptr, "indptr"}, {indices, "indices"}},
                             [&](auto t, auto i) -> py::array {
         using T = decltype(t);
@@ -336,7 +448,23 @@ py::array graph_gat_attention(py::array indptr, py::array indices, py::array src
         dst.shape(0) != indptr.shape(0) - 1) {
         throw std::invalid_argument("expected src (K, H) and dst (R, H)");
     }
-    const int64_t rows = dst.shape(0), heads = dst.shape(1), nnz = indices.shape(0);
+    const int64_t rows = dst.shape(0), cols = src.shape(0), heads = dst.shape(1), nnz = indices.shape(0);
+    if (is_float(src, 2)) {
+        return with_half_index({{src, "src"}, {dst, "dst"}}, {{indptr, "indptr"}, {indices, "indices"}}, [&](auto i) {
+            using I = decltype(i);
+            py::array out = float16_array({nnz, heads});
+            uint16_t* o = half_out(out);
+            const uint16_t *s = half_data(src), *d = half_data(dst);
+            {
+                py::gil_scoped_release release;
+                std::vector<float> src32 = widened(s, cols * heads), dst32 = widened(d, rows * heads), alpha(nnz * heads);
+                gat_attention_rows(alpha.data(), data_as<I>(indptr), data_as<I>(indices), src32.data(), dst32.data(),
+                                   rows, heads, static_cast<float>(slope));
+                narrow(alpha.data(), o, nnz * heads);
+            }
+            return out;
+        });
+    }
     return with_float_index({{src, "src"}, {dst, "dst"}}, {{indptr, "indptr"}, {indices, "indices"}},
                             [&](auto t, auto i) -> py::array {
         using T = decltype(t);
@@ -362,6 +490,27 @@ py::tuple graph_gat_attention_backward(py::array indptr, py::array indices, py::
         throw std::invalid_argument("expected alpha, grad (nnz, H), src (K, H), dst (R, H)");
     }
     const int64_t rows = dst.shape(0), cols = src.shape(0), heads = dst.shape(1), nnz = indices.shape(0);
+    if (is_float(src, 2)) {
+        return with_half_index({{src, "src"}, {alpha, "alpha"}, {grad, "grad"}, {dst, "dst"}},
+                               {{indptr, "indptr"}, {indices, "indices"}}, [&](auto i) {
+            using I = decltype(i);
+            py::array grad_src = float16_array({cols, heads}), grad_dst = float16_array({rows, heads});
+            uint16_t *gs = half_out(grad_src), *gd = half_out(grad_dst);
+            const uint16_t *a = half_data(alpha), *g = half_data(grad), *s = half_data(src), *d = half_data(dst);
+            {
+                py::gil_scoped_release release;
+                std::vector<float> alpha32 = widened(a, nnz * heads), grad32 = widened(g, nnz * heads),
+                                   src32 = widened(s, cols * heads), dst32 = widened(d, rows * heads),
+                                   gs32(cols * heads), gd32(rows * heads), scratch(nnz * heads);
+                gat_attention_backward_rows(gs32.data(), gd32.data(), scratch.data(), data_as<I>(indptr),
+                                            data_as<I>(indices), alpha32.data(), grad32.data(), src32.data(),
+                                            dst32.data(), rows, cols, heads, static_cast<float>(slope));
+                narrow(gs32.data(), gs, cols * heads);
+                narrow(gd32.data(), gd, rows * heads);
+            }
+            return py::make_tuple(grad_src, grad_dst);
+        });
+    }
     return with_float_index({{src, "src"}, {alpha, "alpha"}, {grad, "grad"}, {dst, "dst"}},
                             {{indptr, "indptr"}, {indices, "indices"}}, [&](auto t, auto i) -> py::tuple {
         using T = decltype(t);

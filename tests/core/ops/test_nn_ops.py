@@ -81,3 +81,19 @@ def test_layer_norm_float32_matches_float64():
     y32 = ops.layer_norm(*(Tensor(a.astype(np.float32)) for a in (x, gamma, beta)))
     assert y32.dtype == np.float32
     np.testing.assert_allclose(y32.asnumpy(), y64, rtol=1e-4, atol=1e-5)
+
+
+def test_elu_and_its_gradient_on_float16_are_float32_rounded_once():
+    """float16 ELU widens to float32 (numpy's float16 expm1 is slow) and rounds each result once."""
+    rng = np.random.default_rng(2)
+    x = (3 * rng.standard_normal(4000)).astype(np.float16)
+    g = rng.standard_normal(4000).astype(np.float16)
+    wide, g_wide = x.astype(np.float32), g.astype(np.float32)
+    out = ops.elu(Tensor(x), 0.7)
+    assert out.dtype == np.float16
+    want = np.where(wide > 0, wide, np.float32(0.7) * np.expm1(np.minimum(wide, 0)))
+    np.testing.assert_array_equal(out.asnumpy(), want.astype(np.float16))
+    grad = ms.grad(lambda t: ops.sum(ops.elu(t, 0.7) * Tensor(g)))(Tensor(x)).asnumpy()
+    want_grad = np.where(wide > 0, g_wide, g_wide * np.float32(0.7) * np.exp(np.minimum(wide, 0)))
+    assert grad.dtype == np.float16
+    np.testing.assert_allclose(grad.astype(np.float32), want_grad, rtol=2.0 ** -10, atol=2.0 ** -24)
