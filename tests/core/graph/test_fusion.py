@@ -47,6 +47,22 @@ def test_elementwise_chain_with_broadcasting(trace_graph, dtype, shape):
     assert graph.count(op="fused") == 1
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_lone_elementwise_ops_are_kernels_not_python_calls(trace_graph, dtype):
+    # a dense layer's bias add after its product, and a row scale: one op each between non-fusable
+    # calls, which the C step loop would otherwise hand back to numpy through a Python callback
+    def f(x, w, b, scale):
+        return ops.matmul(ops.matmul(x, w) + b, ops.transpose(w)) * scale
+    arrays = [_rand((40, 24), dtype), _rand((24, 16), dtype, seed=1), _rand((16,), dtype, seed=2),
+              _rand((40, 1), dtype, seed=3)]
+    check_fused(trace_graph, f, arrays, min_fused=2, dtype=dtype,
+                tol=dict(rtol=2e-2, atol=2e-2) if dtype == np.float16 else None)
+    fused, run = compile_graph(trace_graph(f, *arrays), fusion=True)
+    assert fused.count(op="fused") == 2 and fused.count(prim="add") == fused.count(prim="mul") == 0
+    program = run.native()
+    assert program is not None and program.python_calls == 0
+
+
 def test_strided_inputs_scalars_and_comparisons(trace_graph):
     def f(a, b):
         t = ops.transpose(a)                       # a strided view feeds the kernel
