@@ -184,6 +184,18 @@ def _acyclic(groups, node, pos, raw, war, after):
     return not _depends_on(outside, ids, lowest, pos, ordered_after)
 
 
+def _joinable(candidates, node, pos, raw, war, after):
+    """The groups `node` joins: all its candidates when merging them is acyclic, else the latest one
+    that is (a layer norm's backward reads the forward's kernel and the gradient's: merging both
+    would close a cycle through the matrix products between them, but it still joins the latter)."""
+    if not candidates or _acyclic(candidates, node, pos, raw, war, after):
+        return candidates
+    for group in sorted(candidates, key=lambda g: -pos[id(g.members[-1])]):
+        if _acyclic([group], node, pos, raw, war, after):
+            return [group]
+    return []
+
+
 def _form_groups(graph, pos, raw, war):
     group_of, groups, epoch = {}, [], 0
     after = _order_edges(graph)
@@ -203,7 +215,8 @@ def _form_groups(graph, pos, raw, war):
             g = group_of.get(id(i))
             if g is not None and g.epoch == epoch and g.mode is None and g not in candidates and _fits(g, node, kind):
                 candidates.append(g)
-        if candidates and _acyclic(candidates, node, pos, raw, war, after):
+        candidates = _joinable(candidates, node, pos, raw, war, after)
+        if candidates:
             group = candidates[0]
             for other in candidates[1:]:
                 for m in other.members:

@@ -44,7 +44,7 @@ def test_elementwise_chain_with_broadcasting(trace_graph, dtype, shape):
     b = _rand(shape[-1:], dtype, seed=1)           # broadcast along leading dims
     c = _rand(shape[:-1] + (1,), dtype, seed=2)    # broadcast along the last dim
     graph = check_fused(trace_graph, f, [a, b, c], dtype=dtype)
-    assert graph.count(op="fused") == 1
+    assert graph.count(op="fused") == 2  # the chain over a's shape, and square(c) over c's own
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -105,6 +105,18 @@ def test_layer_norm_forward_and_backward(trace_graph, dtype, shape):
         return ms.grad(lambda *p: ops.sum(F.layer_norm(*p) * w), grad_position=(0, 1, 2))(a, g, b)
     check_fused(trace_graph, loss_grads, [x, gamma, beta, gy], dtype=dtype,
                 tol=dict(rtol=5e-3, atol=5e-3) if dtype == np.float16 else None)
+
+
+def test_layer_norm_backward_after_products_of_its_output_is_one_row_kernel(trace_graph):
+    # the gradient reaches the norm through a product of its own output (a transformer block): the
+    # backward reads the forward kernel and the gradient, and joins the latter as one row kernel
+    def loss_grads(a, g, b, w):
+        loss = lambda *p: ops.sum(ops.square(ops.matmul(F.layer_norm(*p), w)))  # noqa: E731
+        return ms.grad(loss, grad_position=(0, 1, 2))(a, g, b)
+    arrays = [_rand((6, 5, 16)), _rand((16,), seed=1), _rand((16,), seed=2), _rand((16, 16), seed=3)]
+    graph = check_fused(trace_graph, loss_grads, arrays, tol=dict(rtol=1e-4, atol=1e-4))
+    rows = [n for n in graph.nodes if n.op == "fused" and n.value.mode == "rows"]
+    assert len(rows) == 2, str(graph)  # the forward norm, the whole backward one
 
 
 def test_layer_norm_gelu_dropout_chain_is_one_kernel(trace_graph):
