@@ -44,10 +44,23 @@ def test_elementwise_chain_with_broadcasting(trace_graph, dtype, shape):
     b = _rand(shape[-1:], dtype, seed=1)           # broadcast along leading dims
     c = _rand(shape[:-1] + (1,), dtype, seed=2)    # broadcast along the last dim
     graph = check_fused(trace_graph, f, [a, b, c], dtype=dtype)
-    # the chain is one kernel; square(c), on c's own smaller shape, is a lone op: a kernel of its
-    # own in float16 (numpy's float16 loop would be a call back into Python), numpy's out= otherwise
-    lone_square = 1 if dtype == np.float16 and c.shape != a.shape else 0
-    assert graph.count(op="fused") == 1 + lone_square
+    assert graph.count(op="fused") == 2  # the chain over a's shape, and square(c) over c's own
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_lone_elementwise_ops_are_kernels_not_python_calls(trace_graph, dtype):
+    # a dense layer's bias add after its product, and a row scale: one op each between non-fusable
+    # calls, which the C step loop would otherwise hand back to numpy through a Python callback
+    def f(x, w, b, scale):
+        return ops.matmul(ops.matmul(x, w) + b, ops.transpose(w)) * scale
+    arrays = [_rand((40, 24), dtype), _rand((24, 16), dtype, seed=1), _rand((16,), dtype, seed=2),
+              _rand((40, 1), dtype, seed=3)]
+    check_fused(trace_graph, f, arrays, min_fused=2, dtype=dtype,
+                tol=dict(rtol=2e-2, atol=2e-2) if dtype == np.float16 else None)
+    fused, run = compile_graph(trace_graph(f, *arrays), fusion=True)
+    assert fused.count(op="fused") == 2 and fused.count(prim="add") == fused.count(prim="mul") == 0
+    program = run.native()
+    assert program is not None and program.python_calls == 0
 
 
 def test_strided_inputs_scalars_and_comparisons(trace_graph):
@@ -92,6 +105,18 @@ def test_layer_norm_forward_and_backward(trace_graph, dtype, shape):
         return ms.grad(lambda *p: ops.sum(F.layer_norm(*p) * w), grad_position=(0, 1, 2))(a, g, b)
     check_fused(trace_graph, loss_grads, [x, gamma, beta, gy], dtype=dtype,
                 tol=dict(rtol=5e-3, atol=5e-3) if dtype == np.float16 else None)
+
+
+def test_layer_norm_backward_after_products_of_its_output_is_one_row_kernel(trace_graph):
+    # the gradient reaches the norm through a product of its own output (a transformer block): the
+    # backward reads the forward kernel and the gradient, and joins the latter as one row kernel
+    def loss_grads(a, g, b, w):
+        loss = lambda *p: ops.sum(ops.square(ops.matmul(F.layer_norm(*p), w)))  # noqa: E731
+        return ms.grad(loss, grad_position=(0, 1, 2))(a, g, b)
+    arrays = [_rand((6, 5, 16)), _rand((16,), seed=1), _rand((16,), seed=2), _rand((16, 16), seed=3)]
+    graph = check_fused(trace_graph, loss_grads, arrays, tol=dict(rtol=1e-4, atol=1e-4))
+    rows = [n for n in graph.nodes if n.op == "fused" and n.value.mode == "rows"]
+    assert len(rows) == 2, str(graph)  # the forward norm, the whole backward one
 
 
 def test_layer_norm_gelu_dropout_chain_is_one_kernel(trace_graph):
