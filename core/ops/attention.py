@@ -35,7 +35,7 @@ def _compute(*arrays):
     dtype = np.result_type(*present)
     if dtype.kind != "f" or dtype.itemsize < 4:
         dtype = np.dtype(np.float32)
-    return [None if a is None else np.ascontiguousarray(a, dtype) for a in arrays], dtype
+    return [None if a is None else np.asarray(a, dtype) for a in arrays], dtype  # views stay views
 
 
 @defop("attention", attrs=("scale", "causal", "layout"))
