@@ -24,7 +24,8 @@ from .ir import Graph, Node, rewrite
 from . import lowering  # noqa: F401  (registers the out= kernels on their primitives)
 
 _REDUCTIONS = ("sum", "mean", "max", "min")
-_HALF_KERNEL_MIN = 1024  # elements from which a lone float16 op gets a kernel (numpy's float16 loops are scalar)
+_HALF_KERNEL_MIN = 1024
+_LONE_MIN = 1 << 16  # elements from which a lone op gets a kernel (a Python call costs more than it saves)  # elements from which a lone float16 op gets a kernel (numpy's float16 loops are scalar)
 
 
 def expand_composites(graph):
@@ -228,17 +229,20 @@ def _form_groups(graph, pos, raw, war):
 
 def _worth_a_kernel(group, stays_in_c=False):
     """Every group with a reduction or an in-place write is (so the C step loop stays in C); a
-    lone elementwise op is when numpy would allocate for it or computes a large float16 array
-    (numpy's float16 loops are scalar conversions, many times slower), and in a step with host kernels
-    always: there a call back into Python holds up every other rank (collectives) or is the one
-    Python call left in the step (summary rings)."""
+    lone elementwise op is when numpy would allocate for it, computes a large float16 array
+    (numpy's float16 loops are scalar conversions, many times slower) or a large array (_LONE_MIN
+    elements: the generated loop runs in the C step loop with no call back into Python, on the
+    threads of the fused kernels when large; a residual add, a bias add after a matrix product), and in
+    a step with host kernels always: there a call back into Python holds up every other rank
+    (collectives) or is the one Python call left in the step (summary rings)."""
     calls = [m for m in group.members if m.prim.name != "assign"]
     if len(calls) > 1 or group.reduce or group.mode == "axes" or len(calls) < len(group.members):
         return True
     lone = len(calls) == 1 and calls[0].prim.kind == "elementwise"
     half = lone and calls[0].shape is not None and int(np.prod(calls[0].shape)) >= _HALF_KERNEL_MIN and \
         any(n.dtype == np.float16 for n in [calls[0], *calls[0].inputs])
-    return lone and (stays_in_c or half or calls[0].prim.lowering is None)
+    large = lone and calls[0].shape is not None and int(np.prod(calls[0].shape)) >= _LONE_MIN
+    return lone and (stays_in_c or half or large or calls[0].prim.lowering is None)
 
 
 def _has_host_kernels(graph):
