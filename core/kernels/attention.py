@@ -144,7 +144,7 @@ def _outputs(out, shapes, dtype, name):
     out = tuple(out)
     for o, s in zip(out, shapes):
         if s is not None and (not isinstance(o, np.ndarray) or o.shape != tuple(s) or o.dtype != dtype
-                              or not o.flags.c_contiguous):
+                              or not o.flags.c_contiguous or not o.flags.writeable):
             raise ShapeError(f"{name}: out must be C-contiguous {np.dtype(dtype)} arrays of shapes {shapes}")
     return out
 

@@ -327,7 +327,7 @@ std::vector<void*> pointers_of(const py::list& arrays) {
             continue;
         }
         py::array a = py::reinterpret_borrow<py::array>(item);
-        pointers.push_back(a.mutable_data());
+        pointers.push_back(const_cast<void*>(a.data()));  // inputs may be read-only; outputs are checked writable
     }
     return pointers;
 }
