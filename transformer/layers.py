@@ -86,7 +86,8 @@ class Attention(nn.Cell):
     queries from x (B, T, H), keys/values from `memory` (cross-attention) or x; `mask` an additive
     (T, S) array, `bias` an additive (h, T, S) Tensor; with `cache`, keys/values of x are written to
     the cache (self-attention) and attention runs over every cached position. `causal`: query i sees
-    keys up to its own position (cached positions included)."""
+    keys up to its own position (cached positions included). Scores, softmax and context are one fused
+    op (`ops.scaled_dot_product_attention`, BSND layout: the projections are only reshaped to heads)."""
 
     def __init__(self, hidden_size, num_heads, groups=None, has_bias=True, init_std=0.02, out_std=0.02,
                  head_dim=None, scale=True, causal=False):
@@ -104,31 +105,23 @@ class Attention(nn.Cell):
         self.value = _column(hidden_size, inner, groups, has_bias, init_std)
         self.projection = _row(inner, hidden_size, groups, has_bias, out_std)
 
-    def _split_heads(self, x):
-        b, t, _ = x.shape  # (B, T, h*d) -> (B, h, T, d)
-        return F.transpose(F.reshape(x, (b, t, self.local_heads, self.head_dim)), (0, 2, 1, 3))
+    def _heads(self, x):
+        b, t, _ = x.shape  # (B, T, h*d) -> (B, T, h, d): the fused attention's BSND layout, no transpose
+        return F.reshape(x, (b, t, self.local_heads, self.head_dim))
 
     def construct(self, x, memory=None, mask=None, bias=None, cache=None, layer=0):
         b, t, _ = x.shape
         x = _enter_model_region(x, self.groups)
         source = x if memory is None else _enter_model_region(memory, self.groups)
-        q = self._split_heads(self.query(x))
-        k, v = self._split_heads(self.key(source)), self._split_heads(self.value(source))
-        if cache is not None:
-            keys, values = cache.write(layer, k.asnumpy(), v.asnumpy())
-            k, v = Tensor(keys), Tensor(values)
-        scores = F.matmul(q, F.swapaxes(k, -1, -2))
-        if self.scale != 1.0:
-            scores = F.mul(scores, self.scale)
-        if bias is not None:
-            scores = F.add(scores, bias)
-        if mask is None and self.causal:
-            mask = causal_mask(t, k.shape[2], offset=k.shape[2] - t)
-        if mask is not None:
-            scores = F.add(scores, Tensor(mask))
-        context = F.matmul(F.softmax(scores, -1), v)  # (B, h, T, d)
-        context = F.reshape(F.transpose(context, (0, 2, 1, 3)), (b, t, self.local_heads * self.head_dim))
-        return self.projection(context)
+        q = self._heads(self.query(x))
+        k, v = self._heads(self.key(source)), self._heads(self.value(source))
+        if cache is not None:  # the cache holds (B, h, S, d); the attention reads its (B, S, h, d) views
+            keys, values = cache.write(layer, np.swapaxes(k.asnumpy(), 1, 2), np.swapaxes(v.asnumpy(), 1, 2))
+            k, v = Tensor(np.swapaxes(keys, 1, 2)), Tensor(np.swapaxes(values, 1, 2))
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, bias=bias,
+                                                 is_causal=self.causal and mask is None, scale=self.scale,
+                                                 input_layout="BSND")
+        return self.projection(F.reshape(context, (b, t, self.local_heads * self.head_dim)))
 
 
 class FeedForward(nn.Cell):

@@ -35,6 +35,7 @@ from .numeric import (  # noqa: F401
     reciprocal, std, var,
 )
 from .padding import pad  # noqa: F401
+from .attention import scaled_dot_product_attention  # noqa: F401
 from .optim_ops import (  # noqa: F401
     apply_adagrad, apply_adam_with_powers, apply_centered_rms_prop, apply_ftrl, apply_rms_prop,
 )

@@ -215,22 +215,27 @@ class ParallelAttention(Cell):
         self.dense = RowParallelDense(hidden_size, hidden_size, groups, has_bias=has_bias)
 
     def _heads(self, x):
-        b, t, _ = x.shape  # (B, T, nh_local*hd) -> (B, nh_local, T, hd)
-        return F.transpose(F.reshape(x, (b, t, self.local_heads, self.head_dim)), (0, 2, 1, 3))
+        b, t, _ = x.shape  # (B, T, nh_local*hd) -> (B, T, nh_local, hd)
+        return F.reshape(x, (b, t, self.local_heads, self.head_dim))
 
     def construct(self, x):
         b, t, _ = x.shape
         x = copy_to_region(x, self.groups.model)  # one backward all-reduce for q, k and v
         q, k, v = self._heads(self.query(x)), self._heads(self.key(x)), self._heads(self.value(x))
+        if self.attention_dropout and self.training:  # dropout on the probabilities: the unfused path
+            ctx = self._attention_with_dropout(q, k, v, t)
+        else:  # one fused kernel each way, the heads read in place (BSND)
+            ctx = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, input_layout="BSND")
+        return self.dense(F.reshape(ctx, (b, t, self.local_heads * self.head_dim)))
+
+    def _attention_with_dropout(self, q, k, v, t):
+        q, k, v = (F.transpose(a, (0, 2, 1, 3)) for a in (q, k, v))  # (B, nh_local, T, hd)
         scores = F.matmul(q, F.swapaxes(k, -1, -2)) * (1.0 / math.sqrt(self.head_dim))  # (B, nh, T, T)
         if self.causal:
             future = np.triu(np.ones((t, t), dtype=bool), 1)
             scores = F.where(Tensor._wrap(future), np.asarray(-1e9, scores.dtype), scores)
-        probs = F.softmax(scores, -1)
-        if self.attention_dropout and self.training:
-            probs = F.dropout(probs, self.attention_dropout, True)
-        ctx = F.transpose(F.matmul(probs, v), (0, 2, 1, 3))  # (B, T, nh_local, hd)
-        return self.dense(F.reshape(ctx, (b, t, self.local_heads * self.head_dim)))
+        probs = F.dropout(F.softmax(scores, -1), self.attention_dropout, True)
+        return F.transpose(F.matmul(probs, v), (0, 2, 1, 3))  # (B, T, nh_local, hd)
 
 
 class ParallelMLP(Cell):

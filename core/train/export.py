@@ -170,6 +170,25 @@ def _layer_norm(b, node, ins):
     return b.emit("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=float(node.attrs["epsilon"]))
 
 
+@_rule("attention")
+def _attention(b, node, ins):
+    """The fused attention as its ONNX pieces: MatMul, Mul, Add, (causal) Where, Softmax, MatMul."""
+    query, key, value, bias = ins
+    bsnd = node.attrs.get("layout", "BNSD") == "BSND"
+    if bsnd:  # (B, L, H, W) -> (B, H, L, W)
+        query, key, value = (b.emit("Transpose", [x], perm=[0, 2, 1, 3]) for x in (query, key, value))
+    scores = b.emit("MatMul", [query, b.emit("Transpose", [key], perm=[0, 1, 3, 2])])
+    scores = b.emit("Mul", [scores, b.scalar(float(node.attrs["scale"]), node)])
+    if bias:
+        scores = b.emit("Add", [scores, bias])
+    if node.attrs.get("causal"):
+        t, s = node.inputs[0].shape[1 if bsnd else 2], node.inputs[1].shape[1 if bsnd else 2]
+        visible = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
+        scores = b.emit("Where", [b.constant(visible), scores, b.scalar(-1e9, node)])
+    context = b.emit("MatMul", [b.emit("Softmax", [scores], axis=-1), value])
+    return b.emit("Transpose", [context], perm=[0, 2, 1, 3]) if bsnd else context
+
+
 @_rule("reshape_to")
 def _reshape(b, node, ins):
     return b.emit("Reshape", [ins[0], b.constant(np.asarray(node.shape, np.int64))])

@@ -46,7 +46,11 @@ CASES.update({
     "avg_pool2d_grad": ([GP], {"input_shape": X4.shape, **POOL, "count_include_pad": True}),
 })
 C4 = [RNG.standard_normal(4).astype(np.float32) for _ in range(3)] + [RNG.random(4).astype(np.float32) + 0.5]
+Q4, K4, V4 = (RNG.standard_normal((2, 5, 3, 4)).astype(np.float32) for _ in range(3))  # BSND heads
 CASES.update({
+    "attention": ([Q4, K4, V4, RNG.standard_normal((1, 3, 5, 5)).astype(np.float32)],
+                  {"scale": 0.5, "causal": True, "layout": "BSND"}),
+    "attention_grad": ([Q4, K4, V4, None, V4 * 0.5, V4 - 1], {"scale": 0.5, "causal": False, "scores_grad": True}),
     "batch_norm_train": ([X4, *C4], {"eps": 1e-3, "momentum": 0.8}),
     "batch_norm_train_grad": ([X4, 2 * X4 - 1, C4[0]], {"eps": 1e-3}),
 })

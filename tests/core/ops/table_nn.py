@@ -136,3 +136,43 @@ def _layer_rows():
 
 
 CASES += _layer_rows()
+
+
+def _attention_ref(q, k, v, bias=None, causal=False, visible=None):
+    """softmax(q k^T / sqrt(D) + bias) v in float64, the masked keys left out of the softmax."""
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
+    t, s = scores.shape[-2:]
+    if causal:
+        visible = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
+    if visible is not None:
+        scores = np.where(visible, scores, -np.inf)
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ v
+
+
+_PADDING = np.array([[True, True, True, False, False], [True, True, True, True, True]])[:, None, None, :]
+
+
+def _attention_rows():
+    sdpa = F.scaled_dot_product_attention
+    prims = ("attention", "attention_grad")
+    return [
+        case(prims, lambda q, k, v, b: sdpa(q, k, v, bias=b), _attention_ref,
+             normal(2, 3, 4, 5), normal(2, 3, 6, 5), normal(2, 3, 6, 2), normal(1, 3, 4, 6),
+             name="attention_bias", second_order=True),
+        case(prims, lambda q, k, v, b: sdpa(q, k, v, bias=b, is_causal=True),
+             lambda q, k, v, b: _attention_ref(q, k, v, b, causal=True),
+             normal(2, 2, 3, 4), normal(2, 2, 5, 4), normal(2, 2, 5, 3), normal(2, 1, 3, 5),
+             name="attention_causal_cache", second_order=True),
+        case(prims, lambda q, k, v: sdpa(q, k, v, is_causal=True, input_layout="BSND"),
+             lambda q, k, v: np.swapaxes(_attention_ref(*(np.swapaxes(a, 1, 2) for a in (q, k, v)), causal=True), 1, 2),
+             normal(2, 4, 3, 2), normal(2, 4, 3, 2), normal(2, 4, 3, 3), name="attention_bsnd", second_order=True),
+        case(prims, lambda q, k, v: sdpa(q, k, v, attn_mask=_PADDING),
+             lambda q, k, v: _attention_ref(q, k, v, visible=_PADDING),
+             normal(2, 2, 4, 3), normal(2, 2, 5, 3), normal(2, 2, 5, 3), name="attention_padding_mask"),
+    ]
+
+
+CASES += _attention_rows()
