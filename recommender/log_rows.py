@@ -21,7 +21,7 @@ import os
 import numpy as np
 
 from .kernels.row_io import read_rows
-from .row_store import FileRows
+from .flat_rows import FileRows
 
 __all__ = ["LogRows", "SEGMENT_RECORDS"]
 
@@ -31,7 +31,7 @@ _MAX_SLOTS = (2 ** 32 - 1) // SEGMENT_RECORDS  # record numbers fit the uint32 i
 
 class LogRows:
     """A (num_rows, dim) float32 table in `directory/<name>.base` + `<name>.seg<slot>` files
-    (module doc); the interface of row_store's HostRows and FileRows."""
+    (module doc); the interface of flat_rows' HostRows and FileRows."""
 
     def __init__(self, directory, name, num_rows, dim):
         self.directory, self.name, self.num_rows, self.dim = directory, name, num_rows, dim
