@@ -215,17 +215,25 @@ class _Runtime:
     sum_rows = None  # address of ms_sum_rows
 
 
-def _numpy_blas():
-    """(sgemm address, dgemm address, ilp64) of the BLAS numpy itself calls, or None."""
-    folder = os.path.dirname(np.__file__) + ".libs"
-    for path in glob.glob(os.path.join(folder, "*openblas*")):
+def _numpy_openblas_symbols(candidates):
+    """Addresses of the first (names...) tuple of `candidates` that numpy's bundled OpenBLAS exports
+    (with the index of that tuple), or None when numpy uses another BLAS."""
+    for path in glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*")):
         library = ctypes.CDLL(path)
-        for s_name, d_name, ilp64 in (("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", 1),
-                                      ("cblas_sgemm64_", "cblas_dgemm64_", 1), ("cblas_sgemm", "cblas_dgemm", 0)):
-            if hasattr(library, s_name) and hasattr(library, d_name):
-                address = lambda name: ctypes.cast(getattr(library, name), ctypes.c_void_p).value  # noqa: E731
-                return address(s_name), address(d_name), ilp64
+        for index, names in enumerate(candidates):
+            if all(hasattr(library, name) for name in names):
+                return tuple(ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in names), index
     return None
+
+
+def numpy_blas_gemm():
+    """(sgemm address, dgemm address, ilp64) of the cblas_?gemm numpy itself calls, or None."""
+    found = _numpy_openblas_symbols((("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_"),
+                                     ("cblas_sgemm64_", "cblas_dgemm64_"), ("cblas_sgemm", "cblas_dgemm")))
+    if found is None:
+        return None
+    (sgemm, dgemm), index = found
+    return sgemm, dgemm, int(index < 2)
 
 
 # Multiply-adds of one call (M * N * K times its batch) below which a product runs on one BLAS
@@ -247,22 +255,18 @@ def blas_threads_for(m, n, k, batch=1, threads=None):
     return threads
 
 
-def _numpy_blas_thread_functions():
+def numpy_blas_thread_addresses():
     """Addresses of numpy's OpenBLAS (set_num_threads, get_num_threads), or None."""
-    folder = os.path.dirname(np.__file__) + ".libs"
-    for path in glob.glob(os.path.join(folder, "*openblas*")):
-        library = ctypes.CDLL(path)
-        for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", "64_"), ("openblas", "")):
-            setter, getter = f"{prefix}_set_num_threads{suffix}", f"{prefix}_get_num_threads{suffix}"
-            if hasattr(library, setter) and hasattr(library, getter):
-                return tuple(ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in (setter, getter))
-    return None
+    found = _numpy_openblas_symbols(tuple((f"{prefix}_set_num_threads{suffix}", f"{prefix}_get_num_threads{suffix}")
+                                          for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", "64_"),
+                                                                 ("openblas", ""))))
+    return None if found is None else found[0]
 
 
 def numpy_blas_threads():
     """(set_num_threads, get_num_threads) of numpy's OpenBLAS as Python callables; no-ops
     (get answers 1) when numpy's BLAS is another library."""
-    addresses = _numpy_blas_thread_functions()
+    addresses = numpy_blas_thread_addresses()
     if addresses is None:
         return (lambda count: None), (lambda: 1)
     setter = ctypes.CFUNCTYPE(None, ctypes.c_int)(addresses[0])
@@ -286,11 +290,11 @@ def runtime():
                                     ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
         library.ms_loop_timed.argtypes = library.ms_loop.argtypes + [ctypes.c_void_p]
         library.ms_run_timed.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-        blas = _numpy_blas()
+        blas = numpy_blas_gemm()
         if blas is not None:
             library.ms_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]), ctypes.c_int64(blas[2]))
             _Runtime.gemm = ctypes.cast(library.ms_gemm, ctypes.c_void_p).value
-        threads = _numpy_blas_thread_functions()
+        threads = numpy_blas_thread_addresses()
         if threads is not None:
             library.ms_set_blas_threads(ctypes.c_void_p(threads[0]), ctypes.c_void_p(threads[1]),
                                         ctypes.c_double(SMALL_GEMM_WORK))

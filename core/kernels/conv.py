@@ -104,31 +104,17 @@ def _check_nchw(x, name):
 _blas_state = {}  # "ready": numpy's cblas_?gemm handed to the extension, or False when not found
 
 
-def _numpy_blas_threads():
-    """Addresses of (set_num_threads, get_num_threads) of numpy's OpenBLAS, or (0, 0): with them the
-    C++ passes give each thread its own chunks and one BLAS thread."""
-    import ctypes
-    import glob
-    import os
-    for path in glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*")):
-        library = ctypes.CDLL(path)
-        for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", "64_"), ("openblas", "")):
-            setter, getter = f"{prefix}_set_num_threads{suffix}", f"{prefix}_get_num_threads{suffix}"
-            if hasattr(library, setter) and hasattr(library, getter):
-                return tuple(ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in (setter, getter))
-    return 0, 0
-
-
 def _conv_kernel(name, *arrays):
     """The C++ convolution pass `name` once numpy's BLAS is handed over, or None."""
     native = _kernel_for(name, *arrays)
     if native is None:
         return None
     if "ready" not in _blas_state:
-        from ..graph.native import _numpy_blas  # the cblas_?gemm numpy's matmul calls
-        blas = _numpy_blas()
+        from ..graph.native import numpy_blas_gemm, numpy_blas_thread_addresses
+        blas = numpy_blas_gemm()  # the cblas_?gemm numpy's matmul calls
         if blas is not None:
-            _native("conv_set_blas")(blas[0], blas[1], bool(blas[2]), *_numpy_blas_threads())
+            # with the thread functions the C++ passes give each thread its own chunks and one BLAS thread
+            _native("conv_set_blas")(blas[0], blas[1], bool(blas[2]), *(numpy_blas_thread_addresses() or (0, 0)))
         _blas_state["ready"] = blas is not None
     return native if _blas_state["ready"] else None
 

@@ -37,40 +37,34 @@ struct Dims {
 
 constexpr int64_t kRowBlock = 32;  // causal blocks: fine enough to skip most of the masked half
 
-// C (M x N, ldc) = A @ B; A(m, k) = a[m * a_m + k * a_k], B row-major (ldb).
-void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb,
-          float* c, int64_t ldc) {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0) {
-        for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc, c + m * ldc + N, 0.0f);
-        return;
-    }
-    if (small_gemm::available()) {
-        small_gemm::gemm(M, N, K, a, a_m, a_k, b, ldb, c, ldc, false);
-        return;
-    }
+// C (M x N, ldc) = A @ B; A(m, k) = a[m * a_m + k * a_k], B row-major (ldb). The plain loop serves
+// float64 and float32 on CPUs without the register-tile GEMM.
+template <typename T>
+void gemm_loop(int64_t M, int64_t N, int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb,
+               T* c, int64_t ldc) {
     for (int64_t m = 0; m < M; ++m) {
-        float* row = c + m * ldc;
-        std::fill(row, row + N, 0.0f);
+        T* row = c + m * ldc;
+        std::fill(row, row + N, T(0));
         for (int64_t k = 0; k < K; ++k) {
-            const float s = a[m * a_m + k * a_k];
-            const float* bk = b + k * ldb;
+            const T s = a[m * a_m + k * a_k];
+            const T* bk = b + k * ldb;
             for (int64_t n = 0; n < N; ++n) row[n] += s * bk[n];
         }
     }
 }
 
+void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb,
+          float* c, int64_t ldc) {
+    if (M > 0 && N > 0 && K > 0 && small_gemm::available()) {
+        small_gemm::gemm(M, N, K, a, a_m, a_k, b, ldb, c, ldc, false);
+        return;
+    }
+    gemm_loop(M, N, K, a, a_m, a_k, b, ldb, c, ldc);
+}
+
 void gemm(int64_t M, int64_t N, int64_t K, const double* a, int64_t a_m, int64_t a_k, const double* b, int64_t ldb,
           double* c, int64_t ldc) {
-    for (int64_t m = 0; m < M; ++m) {
-        double* row = c + m * ldc;
-        std::fill(row, row + N, 0.0);
-        for (int64_t k = 0; k < K; ++k) {
-            const double s = a[m * a_m + k * a_k];
-            const double* bk = b + k * ldb;
-            for (int64_t n = 0; n < N; ++n) row[n] += s * bk[n];
-        }
-    }
+    gemm_loop(M, N, K, a, a_m, a_k, b, ldb, c, ldc);
 }
 
 // Row blocks [m0, m1) of the queries and the keys they see, [0, keys).

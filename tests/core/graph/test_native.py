@@ -7,8 +7,8 @@ import pytest
 import mstrain as ms
 from mstrain import nn
 from mstrain.graph import compile_graph
-from mstrain.graph.native import (SMALL_GEMM_WORK, NativeProgram, _numpy_blas_thread_functions, blas_threads_for,
-                                  gemm_params, numpy_blas_threads, runtime)
+from mstrain.graph.native import (SMALL_GEMM_WORK, NativeProgram, blas_threads_for, gemm_params,
+                                  numpy_blas_thread_addresses, numpy_blas_threads, runtime)
 from mstrain.train.sink import GraphSinkRunner
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
@@ -139,7 +139,7 @@ def _thread_probe(getter, seen, slot):
 @pytest.mark.parametrize("entry_threads", [2, 1])
 def test_small_products_run_on_one_blas_thread_and_numpys_count_comes_back(entry_threads):
     set_threads, get_threads = numpy_blas_threads()
-    addresses = _numpy_blas_thread_functions()
+    addresses = numpy_blas_thread_addresses()
     if addresses is None:
         pytest.skip("numpy's BLAS is not OpenBLAS")
     runtime()
