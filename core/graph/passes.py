@@ -7,6 +7,7 @@ merged, and pure calls are not merged across such an update (they could read the
 """
 import numpy as np
 
+from ..ops import creation as _creation  # noqa: F401  (defines fill_like, which a rule below names)
 from ..ops.primitive import get as get_primitive, register_rule
 from .ir import Graph, Node, live_nodes, rewrite
 
@@ -120,6 +121,14 @@ def _swap_twice(node):
     return None
 
 
+def _fill_of_known_shape(node):
+    """fill_like(x) reads only x's shape and dtype, which a traced graph knows: it is a constant."""
+    if node.shape is None or node.dtype is None:
+        return None
+    value = np.full(node.shape, node.attrs["value"], node.dtype)
+    return Node("const", value=value, shape=value.shape, dtype=value.dtype)
+
+
 # Each rewrite lives on its primitive (Primitive.simplify, tried in order); an unknown name fails here.
 register_rule("simplify", "identity")(lambda node: node.inputs[0])
 register_rule("simplify", "add", "sub")(_drop_neutral(0, 0))
@@ -128,6 +137,7 @@ register_rule("simplify", "add")(_drop_neutral(1, 0))
 register_rule("simplify", "mul")(_drop_neutral(0, 1))
 register_rule("simplify", "mul")(_drop_neutral(1, 1))
 register_rule("simplify", "mul")(_times_minus_one)
+register_rule("simplify", "fill_like")(_fill_of_known_shape)
 register_rule("simplify", "neg")(_double_negation)
 register_rule("simplify", "cast", "broadcast_to", "sum_to")(_passthrough)
 register_rule("simplify", "reshape_to")(_reshape_of_reshape)

@@ -143,8 +143,7 @@ class DynamicLossScaleUpdateCell:
         grow = F.logical_and(F.logical_not(overflow), F.greater_equal(counted, self.scale_window))
         shrunk = F.maximum(F.div(self._scale, self.scale_factor), 1.0)
         kept = F.where(grow, F.mul(self._scale, self.scale_factor), self._scale)
-        # counted * 0, not zeros_like: an elementwise op the step's scalar kernel computes in C
-        new_good = F.where(F.logical_or(overflow, grow), F.mul(counted, 0), counted)
+        new_good = F.where(F.logical_or(overflow, grow), F.zeros_like(counted), counted)
         _assign(self._scale, F.where(overflow, shrunk, kept))
         _assign(self._good_steps, new_good)
         _assign(self._step, F.add(self._step, 1))

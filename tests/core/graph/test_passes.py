@@ -85,6 +85,16 @@ def test_algebraic_simplification_removes_neutral_operations():
     _same_results(graph, simple, X)
 
 
+def test_fills_of_a_traced_shape_become_constants():
+    def f(a):  # zeros_like / full_like read only the shape and dtype a trace already knows
+        return ops.where(a > 0, ops.zeros_like(a), ops.full_like(a, 2.5)) + ops.ones_like(a, ms.int32)
+    graph = _trace(f, X)
+    simple = dead_code_elimination(algebraic_simplification(graph))
+    assert graph.count(prim="fill_like") == 3 and simple.count(prim="fill_like") == 0
+    _same_results(graph, simple, X)
+    np.testing.assert_array_equal(_run(simple, X)[0], np.where(X > 0, 0.0, 2.5) + 1)
+
+
 def test_simplification_keeps_operations_that_change_dtype_or_shape():
     def f(a):
         return a * np.ones((2, 1, 1), np.float64)  # broadcasts and upcasts: not neutral
