@@ -27,7 +27,7 @@ import numpy as np
 import mstrain as ms
 from mstrain import Model
 from mstrain import dataset as ds
-from mstrain.config import option, section
+from mstrain.config import option, resolve_path, section
 from mstrain.errors import ConfigError
 from mstrain.fileio import write_json_atomically
 from mstrain.log import get_logger
@@ -51,7 +51,7 @@ __all__ = ["WideDeepJobConfig", "run_widedeep", "train_widedeep"]
 @dataclass
 class CriteoData:
     """The Criteo TSV and its preprocessed record files."""
-    source: str = option("data/criteo/criteo_train_sample.txt", "labelled Criteo TSV file (relative to cwd)")
+    source: str = option("data/criteo/criteo_train_sample.txt", "labelled Criteo TSV file (relative to cwd or the repo root)")
     records_dir: str = option("outputs/criteo_records", "directory of train/test record files and vocab.json; "
                               "(re)built when missing or made with other options")
     threshold: int = option(20, "min count of a categorical value in the training lines to get its own id", low=1)
@@ -126,8 +126,10 @@ class WideDeepJobConfig:
 
 def ensure_records(data):
     """The vocab summary of `data.records_dir`, preprocessing `data.source` first when the
-    directory lacks the files or they were made from another file or with other options."""
-    wanted = {"source": os.path.abspath(data.source), "threshold": data.threshold, "dense_bins": data.dense_bins,
+    directory lacks the files or they were made from another file or with other options. A relative
+    `data.source` is looked up in the working directory, then in the checkout (the shipped sample)."""
+    source = str(resolve_path(data.source, "Criteo file", key="data.source"))
+    wanted = {"source": os.path.abspath(source), "threshold": data.threshold, "dense_bins": data.dense_bins,
               "train_fraction": data.train_fraction}
     vocab_path = os.path.join(data.records_dir, "vocab.json")
     if os.path.isfile(vocab_path):
@@ -135,8 +137,8 @@ def ensure_records(data):
         complete = all(os.path.isfile(os.path.join(data.records_dir, f"{p}.mindrecord")) for p in ("train", "test"))
         if complete and all(vocab.get(k) == v for k, v in wanted.items()):
             return vocab
-    get_logger("recommender").info("preprocessing %s into %s", data.source, data.records_dir)
-    return preprocess_criteo(data.source, data.records_dir, threshold=data.threshold, dense_bins=data.dense_bins,
+    get_logger("recommender").info("preprocessing %s into %s", source, data.records_dir)
+    return preprocess_criteo(source, data.records_dir, threshold=data.threshold, dense_bins=data.dense_bins,
                              train_fraction=data.train_fraction, strict=data.strict)
 
 

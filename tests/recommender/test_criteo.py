@@ -104,3 +104,17 @@ def test_cli_converts_and_reports_user_errors(tsv, tmp_path, capsys):
     assert cli.main(["data", "criteo", str(bad), str(out), "--strict"]) == 2
     assert "bad.txt:11:" in capsys.readouterr().err
     assert cli.main(["data", "criteo", str(tmp_path / "missing.txt"), str(out)]) == 2
+
+
+def test_job_finds_the_shipped_sample_from_another_directory(tmp_path, monkeypatch, repo_root):
+    from mstrain.errors import DatasetNotFoundError
+    from mstrain.recommender.jobs import CriteoData, ensure_records
+    monkeypatch.chdir(tmp_path)
+    data = CriteoData()
+    data.records_dir = str(tmp_path / "records")
+    vocab = ensure_records(data)
+    assert vocab["source"] == str(repo_root / "data" / "criteo" / "criteo_train_sample.txt")
+    assert (tmp_path / "records" / "train.mindrecord").is_file()
+    data.source = "data/criteo/missing.txt"
+    with pytest.raises(DatasetNotFoundError, match="data.source: Criteo file not found"):
+        ensure_records(data)
