@@ -210,4 +210,63 @@ def fold_operand_casts(graph):
     return rewrite(graph, rule)
 
 
-__all__ = ["HalfGemm", "half_gemm", "attach_half_sum_rows", "converters", "fold_operand_casts"]
+def _one_operand(node):
+    """The input of an elementwise call that has the call's shape when every other input is a
+    scalar (a cast, a product with the loss scale's inverse), else None."""
+    if node.op != "call" or not node.is_pure or node.prim.kind != "elementwise" or node.shape is None:
+        return None
+    full = [i for i in node.inputs if i.shape == node.shape]
+    rest = [i for i in node.inputs if i.shape != node.shape]
+    if len(full) != 1 or any(i.shape is None or int(np.prod(i.shape)) != 1 for i in rest):
+        return None
+    return full[0]
+
+
+def _widened_half_chain(node):
+    """Whether `node` is a chain of one-operand elementwise calls of its shape, each reading no
+    more bytes than it writes, that starts with a float16 value widened to float32 (an O2
+    gradient unscaled: cast, multiply by 1 / loss scale). Recomputing such a chain in each of its
+    readers' kernels costs a few instructions per element and saves writing it and reading it back."""
+    seen_half = False
+    while True:
+        source = _one_operand(node)
+        if source is None or source.dtype is None or node.dtype is None or \
+                source.dtype.itemsize > node.dtype.itemsize:
+            return seen_half
+        if node.prim.name == "cast" and source.dtype == np.float16 and node.dtype == np.float32:
+            seen_half = True
+        node = source
+
+
+def _clone_chain(node, shape):
+    source = _one_operand(node)
+    if source is None or source.shape != shape or node.shape != shape:
+        return node
+    return node.with_inputs([_clone_chain(i, shape) if i is source else i for i in node.inputs])
+
+
+_RECOMPUTE_MIN_SIZE = 4096  # smaller values: one kernel more or less matters more than their bytes
+
+
+def recompute_widened_halves(graph):
+    """Widened float16 values (see `_widened_half_chain`) read by several kernels are recomputed in
+    each reader instead of written once: at O2 the unscaled gradient feeds both the overflow check
+    (a read-only reduction) and the optimizer update, which then read the float16 gradient
+    itself. The values are the same expressions, so results are unchanged."""
+    users = graph.users()
+    outputs = {id(o) for o in graph.outputs}
+    shared = {id(n) for n in graph.nodes
+              if len(users[id(n)]) > 1 and id(n) not in outputs and n.shape is not None and
+              int(np.prod(n.shape)) >= _RECOMPUTE_MIN_SIZE and _widened_half_chain(n)}
+    if not shared:
+        return graph
+
+    def rule(node):
+        if not any(id(i) in shared for i in node.inputs):
+            return None
+        return node.with_inputs([_clone_chain(i, i.shape) if id(i) in shared else i for i in node.inputs])
+    return rewrite(graph, rule)
+
+
+__all__ = ["HalfGemm", "half_gemm", "attach_half_sum_rows", "converters", "fold_operand_casts",
+           "recompute_widened_halves"]
