@@ -49,13 +49,19 @@ extern "C" void ms_float_to_half(void** p, const int64_t* n) {
 }
 
 /* p = {float source, float destination}; n = {count}: each value rounded to float16 precision
-   (the float32 master weight as the float16 product reads it, without a float16 copy) */
+   (the float32 master weight as the float16 product reads it, without a float16 copy), through
+   the CPU's conversions a chunk at a time: two instructions per vector, where ms_round_half's
+   float arithmetic takes about ten */
 extern "C" void ms_float_round_half(void** p, const int64_t* n) {
   const float* x = static_cast<const float*>(p[0]);
   float* y = static_cast<float*>(p[1]);
   const int64_t count = n[0];
-  #pragma omp simd
-  for (int64_t j = 0; j < count; ++j) y[j] = ms_round_half(x[j]);
+  uint16_t chunk[512];
+  for (int64_t j = 0; j < count; j += 512) {
+    const int64_t m = count - j < 512 ? count - j : 512;
+    ms_f2h_n(x + j, chunk, m);
+    ms_h2f_n(chunk, y + j, m);
+  }
 }
 """
 
