@@ -27,12 +27,16 @@ PASSES = [
 
 def _kernel_passes():
     from .fusion import expand_composites, fuse_kernels
+    from .half import fold_operand_casts, recompute_widened_halves
     return [
         ("expand", expand_composites),              # softmax, layer norm, losses, masks, updates -> basic ops
         ("dce", dead_code_elimination),             # the composites the expansions replaced
         ("fold", constant_folding),                 # constants the expansions introduced
         ("simplify", algebraic_simplification),     # e.g. casts of a learning rate to its own dtype
         ("cse", common_subexpression_elimination),  # expansions share their subexpressions
+        ("half_operands", fold_operand_casts),      # float16 products read float32 operands, rounding them
+        ("half_recompute", recompute_widened_halves),  # unscaled float16 gradients: in each reader's kernel
+        ("dce", dead_code_elimination),             # the float16 casts and values nothing reads any more
         ("fuse", fuse_kernels),                     # elementwise / row-reduction groups -> one C++ kernel each
         ("dce", dead_code_elimination),
     ]

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import build as _build
 from .codegen import HALF_HELPERS
+from .ir import Node, rewrite
 
 _SOURCE = r"""#include <cstdint>
 #include <cstring>
@@ -46,13 +47,35 @@ extern "C" void ms_half_sum_rows(void** p, const int64_t* n) {
 extern "C" void ms_float_to_half(void** p, const int64_t* n) {
   ms_f2h_n(static_cast<const float*>(p[0]), static_cast<uint16_t*>(p[1]), n[0]);
 }
+
+/* p = {float source, float destination}; n = {count}: each value rounded to float16 precision
+   (the float32 master weight as the float16 product reads it, without a float16 copy), through
+   the CPU's conversions a chunk at a time: two instructions per vector, where ms_round_half's
+   float arithmetic takes about ten */
+extern "C" void ms_float_round_half(void** p, const int64_t* n) {
+  const float* x = static_cast<const float*>(p[0]);
+  float* y = static_cast<float*>(p[1]);
+  const int64_t count = n[0];
+  uint16_t chunk[512];
+  for (int64_t j = 0; j < count; j += 512) {
+    const int64_t m = count - j < 512 ? count - j : 512;
+    ms_f2h_n(x + j, chunk, m);
+    ms_h2f_n(chunk, y + j, m);
+  }
+}
 """
 
 
 def converters():
-    """The C functions (compiled once): (half_to_float, float_to_half, half_sum_rows), or None
-    without a compiler."""
-    return _build.load_optional(_SOURCE, "ms_half_to_float", "ms_float_to_half", "ms_half_sum_rows")
+    """The C functions (compiled once): (half_to_float, float_to_half, half_sum_rows,
+    float_round_half), or None without a compiler."""
+    return _build.load_optional(_SOURCE, "ms_half_to_float", "ms_float_to_half", "ms_half_sum_rows",
+                                "ms_float_round_half")
+
+
+def _as_half(array):
+    """A product operand at float16 precision: float16 as is, a float32 operand rounded."""
+    return array if array.dtype == np.float16 else array.astype(np.float16)
 
 
 def _dense_span(array):
@@ -86,8 +109,8 @@ class HalfGemm:
         self.native = self._native_steps()
 
     def __call__(self):
-        np.copyto(self.a32, self.a)
-        np.copyto(self.b32, self.b)
+        np.copyto(self.a32, _as_half(self.a))
+        np.copyto(self.b32, _as_half(self.b))
         np.matmul(self.a32, self.b32, self.c32)
         np.copyto(self.out, self.c32, casting="same_kind")
 
@@ -107,9 +130,10 @@ class HalfGemm:
             if params is None:
                 return None
             product = [self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params)]
-        half_to_float, float_to_half, _ = functions
-        steps = [self._call(half_to_float, [self.a.ctypes.data, self.a_flat.ctypes.data], [self.a_flat.size]),
-                 self._call(half_to_float, [self.b.ctypes.data, self.b_flat.ctypes.data], [self.b_flat.size]),
+        half_to_float, float_to_half, _, round_half = functions
+        widen = lambda x: half_to_float if x.dtype == np.float16 else round_half  # noqa: E731
+        steps = [self._call(widen(self.a), [self.a.ctypes.data, self.a_flat.ctypes.data], [self.a_flat.size]),
+                 self._call(widen(self.b), [self.b.ctypes.data, self.b_flat.ctypes.data], [self.b_flat.size]),
                  *product,
                  self._call(float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data], [self.c_flat.size])]
         return ("steps", steps)
@@ -138,12 +162,117 @@ def attach_half_sum_rows(kernel, x, out):
 
 
 def half_gemm(a, b, out):
-    """A HalfGemm kernel for the float16 product a @ b -> out, or None for other dtypes or shapes."""
-    if not all(isinstance(x, np.ndarray) and x.dtype == np.float16 for x in (a, b, out)):
+    """A HalfGemm kernel for the float16 product a @ b -> out, or None for other dtypes or shapes.
+    An operand may be float32 that the product reads rounded to float16 (`fold_operand_casts`)."""
+    if not isinstance(out, np.ndarray) or out.dtype != np.float16 or \
+            not all(isinstance(x, np.ndarray) and x.dtype in (np.float16, np.float32) for x in (a, b)):
         return None
     if a.ndim < 2 or b.ndim < 2 or _dense_span(out) is None:
         return None
     return HalfGemm(a, b, out)
 
 
-__all__ = ["HalfGemm", "half_gemm", "attach_half_sum_rows", "converters"]
+_PRODUCTS = ("matmul", "dense_weight_grad")
+
+
+def _cast_to_half_source(node):
+    """The float32 node that `node` (a cast of it to float16) rounds, else None."""
+    if node.op == "call" and node.prim.name == "cast" and node.dtype == np.float16 and \
+            node.inputs[0].dtype == np.float32 and node.inputs[0].shape == node.shape:
+        return node.inputs[0]
+    return None
+
+
+def _float32_operand(node, transposes):
+    """A float32 node a float16 product can read instead of operand `node` (a float32 -> float16
+    cast, or a transpose of one), else None. `transposes` shares new transposes between products."""
+    source = _cast_to_half_source(node)
+    if source is not None:
+        return source
+    if node.op == "call" and node.prim.name == "transpose":
+        source = _cast_to_half_source(node.inputs[0])
+        if source is not None:
+            key = (id(source), repr(sorted(node.attrs.items())))
+            if key not in transposes:
+                transposes[key] = Node("call", (source,), node.prim, dict(node.attrs), shape=node.shape,
+                                        dtype=np.dtype(np.float32))
+            return transposes[key]
+    return None
+
+
+def fold_operand_casts(graph):
+    """Float16 products read float32 operands that only a cast to float16 separates them from (the
+    float32 master weights at O2, a float32 input batch) directly: the product rounds them to
+    float16 precision while it widens its operands to float32 for BLAS, which equals reading the
+    cast, so the cast kernel and its float16 copy go (when nothing else reads them)."""
+    transposes = {}
+
+    def rule(node):
+        if node.op != "call" or node.prim.name not in _PRODUCTS or node.dtype != np.float16 or \
+                len(node.inputs) != 2:
+            return None
+        inputs = tuple(_float32_operand(i, transposes) or i for i in node.inputs)
+        return None if all(a is b for a, b in zip(inputs, node.inputs)) else node.with_inputs(inputs)
+    return rewrite(graph, rule)
+
+
+def _one_operand(node):
+    """The input of an elementwise call that has the call's shape when every other input is a
+    scalar (a cast, a product with the loss scale's inverse), else None."""
+    if node.op != "call" or not node.is_pure or node.prim.kind != "elementwise" or node.shape is None:
+        return None
+    full = [i for i in node.inputs if i.shape == node.shape]
+    rest = [i for i in node.inputs if i.shape != node.shape]
+    if len(full) != 1 or any(i.shape is None or int(np.prod(i.shape)) != 1 for i in rest):
+        return None
+    return full[0]
+
+
+def _widened_half_chain(node):
+    """Whether `node` is a chain of one-operand elementwise calls of its shape, each reading no
+    more bytes than it writes, that starts with a float16 value widened to float32 (an O2
+    gradient unscaled: cast, multiply by 1 / loss scale). Recomputing such a chain in each of its
+    readers' kernels costs a few instructions per element and saves writing it and reading it back."""
+    seen_half = False
+    while True:
+        source = _one_operand(node)
+        if source is None or source.dtype is None or node.dtype is None or \
+                source.dtype.itemsize > node.dtype.itemsize:
+            return seen_half
+        if node.prim.name == "cast" and source.dtype == np.float16 and node.dtype == np.float32:
+            seen_half = True
+        node = source
+
+
+def _clone_chain(node, shape):
+    source = _one_operand(node)
+    if source is None or source.shape != shape or node.shape != shape:
+        return node
+    return node.with_inputs([_clone_chain(i, shape) if i is source else i for i in node.inputs])
+
+
+_RECOMPUTE_MIN_SIZE = 4096  # smaller values: one kernel more or less matters more than their bytes
+
+
+def recompute_widened_halves(graph):
+    """Widened float16 values (see `_widened_half_chain`) read by several kernels are recomputed in
+    each reader instead of written once: at O2 the unscaled gradient feeds both the overflow check
+    (a read-only reduction) and the optimizer update, which then read the float16 gradient
+    itself. The values are the same expressions, so results are unchanged."""
+    users = graph.users()
+    outputs = {id(o) for o in graph.outputs}
+    shared = {id(n) for n in graph.nodes
+              if len(users[id(n)]) > 1 and id(n) not in outputs and n.shape is not None and
+              int(np.prod(n.shape)) >= _RECOMPUTE_MIN_SIZE and _widened_half_chain(n)}
+    if not shared:
+        return graph
+
+    def rule(node):
+        if not any(id(i) in shared for i in node.inputs):
+            return None
+        return node.with_inputs([_clone_chain(i, i.shape) if id(i) in shared else i for i in node.inputs])
+    return rewrite(graph, rule)
+
+
+__all__ = ["HalfGemm", "half_gemm", "attach_half_sum_rows", "converters", "fold_operand_casts",
+           "recompute_widened_halves"]

@@ -161,3 +161,35 @@ def test_native_float16_rejects_a_float32_partner():
     module = native_module("mstrain.gnn", "graph_csr")
     with pytest.raises(TypeError, match="values has dtype float32"):
         module.graph_spmm(np.array([0, 1]), np.array([0]), np.ones((1, 1), np.float32), np.ones((1, 1, 2), np.float16))
+
+
+def test_float16_kernels_reuse_their_scratch_across_sizes():
+    """The native float16 kernels keep their float32 scratch between calls: a small call after a
+    large one (the scratch holds the large call's values) and the large call again give the results
+    of fresh calls, for every kernel."""
+    if not all(G.available(name) for name in sorted(G._HALF_NATIVE)):
+        pytest.skip("C++ graph kernels are not built (pip install -e . builds them)")
+
+    def run_all(rows, cols, heads, width, nnz, seed):
+        rng = np.random.default_rng(seed)
+        indptr, indices = _random_csr(rng, rows, cols, nnz)
+        values, grad = (rng.standard_normal((nnz, heads)).astype(np.float16) for _ in range(2))
+        dense = rng.standard_normal((cols, heads, width)).astype(np.float16)
+        dense_t, a = (rng.standard_normal((rows, heads, width)).astype(np.float16) for _ in range(2))
+        src, dst = (rng.standard_normal((n, heads)).astype(np.float16) for n in (cols, rows))
+        alpha = G.graph_gat_attention(indptr, indices, src, dst, 0.2)
+        outs = [G.graph_spmm(indptr, indices, values, dense), G.graph_spmm_t(indptr, indices, values, dense_t, cols),
+                G.graph_sddmm(indptr, indices, a, dense), alpha,
+                *G.graph_gat_attention_backward(indptr, indices, alpha, grad, src, dst, 0.2)]
+        wide = [x.astype(np.float32) for x in (values, dense, dense_t, a, src, dst, grad)]
+        alpha32 = alpha.astype(np.float32)
+        wants = [G.graph_spmm(indptr, indices, wide[0], wide[1]), G.graph_spmm_t(indptr, indices, wide[0], wide[2], cols),
+                 G.graph_sddmm(indptr, indices, wide[3], wide[1]),
+                 G.graph_gat_attention(indptr, indices, wide[4], wide[5], 0.2),
+                 *G.graph_gat_attention_backward(indptr, indices, alpha32, wide[6], wide[4], wide[5], 0.2)]
+        for got, want in zip(outs, wants):
+            np.testing.assert_array_equal(got, want.astype(np.float16))
+
+    large, small = (3000, 2000, 4, 16, 50000), (7, 5, 4, 16, 20)
+    for shape, seed in ((large, 0), (small, 1), (large, 2)):
+        run_all(*shape, seed)

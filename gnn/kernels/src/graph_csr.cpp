@@ -224,9 +224,20 @@ void gat_attention_backward_rows(T* grad_src, T* grad_dst, T* scratch, const I* 
 // several entries, so widening it once beats widening it per entry), runs the float32 kernel and
 // rounds each output once: it equals the float32 kernel on the widened inputs, rounded to float16.
 
-std::vector<float> widened(const uint16_t* bits, int64_t n) {
-    std::vector<float> out(static_cast<size_t>(n));
-    widen(bits, out.data(), n);
+// float32 scratch reused from call to call (per thread, grown when needed, never shrunk): a float16
+// kernel runs every training step, and fresh vectors each time cost an allocation, a zero fill and,
+// beyond the allocator's mmap threshold, page faults on every first touch. The float32 kernels write
+// every output element, so the scratch needs no clearing.
+float* scratch(int slot, int64_t n) {
+    thread_local std::vector<float> buffers[7];
+    std::vector<float>& buffer = buffers[slot];
+    if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
+    return buffer.data();
+}
+
+float* widened(const uint16_t* bits, int64_t n, int slot) {
+    float* out = scratch(slot, n);
+    widen(bits, out, n);
     return out;
 }
 
@@ -234,30 +245,33 @@ template <typename I>
 void spmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
                           const uint16_t* dense, int64_t rows, int64_t sources, int64_t heads, int64_t width) {
     const int64_t stride = heads * width;
-    std::vector<float> values32 = widened(values, static_cast<int64_t>(indptr[rows]) * heads),
-                       dense32 = widened(dense, sources * stride), out32(static_cast<size_t>(rows * stride));
-    spmm_heads_rows(out32.data(), indptr, indices, values32.data(), dense32.data(), rows, heads, width);
-    narrow(out32.data(), out, rows * stride);
+    const float* values32 = widened(values, static_cast<int64_t>(indptr[rows]) * heads, 0);
+    const float* dense32 = widened(dense, sources * stride, 1);
+    float* out32 = scratch(2, rows * stride);
+    spmm_heads_rows(out32, indptr, indices, values32, dense32, rows, heads, width);
+    narrow(out32, out, rows * stride);
 }
 
 template <typename I>
 void spmm_t_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
                       const uint16_t* dense, int64_t rows, int64_t cols, int64_t heads, int64_t width) {
     const int64_t stride = heads * width;
-    std::vector<float> values32 = widened(values, static_cast<int64_t>(indptr[rows]) * heads),
-                       dense32 = widened(dense, rows * stride), out32(static_cast<size_t>(cols * stride));
-    spmm_t_rows(out32.data(), indptr, indices, values32.data(), dense32.data(), rows, cols, heads, width);
-    narrow(out32.data(), out, cols * stride);
+    const float* values32 = widened(values, static_cast<int64_t>(indptr[rows]) * heads, 0);
+    const float* dense32 = widened(dense, rows * stride, 1);
+    float* out32 = scratch(2, cols * stride);
+    spmm_t_rows(out32, indptr, indices, values32, dense32, rows, cols, heads, width);
+    narrow(out32, out, cols * stride);
 }
 
 template <typename I>
 void sddmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* a, const uint16_t* b,
                            int64_t rows, int64_t sources, int64_t heads, int64_t width) {
     const int64_t stride = heads * width, nnz = indptr[rows];
-    std::vector<float> a32 = widened(a, rows * stride), b32 = widened(b, sources * stride),
-                       out32(static_cast<size_t>(nnz * heads));
-    sddmm_heads_rows(out32.data(), indptr, indices, a32.data(), b32.data(), rows, heads, width);
-    narrow(out32.data(), out, nnz * heads);
+    const float* a32 = widened(a, rows * stride, 0);
+    const float* b32 = widened(b, sources * stride, 1);
+    float* out32 = scratch(2, nnz * heads);
+    sddmm_heads_rows(out32, indptr, indices, a32, b32, rows, heads, width);
+    narrow(out32, out, nnz * heads);
 }
 
 // The float16 entry of the kernels: every value array float16, indexes int32 or int64.
@@ -457,10 +471,12 @@ py::array graph_gat_attention(py::array indptr, py::array indices, py::array src
             const uint16_t *s = half_data(src), *d = half_data(dst);
             {
                 py::gil_scoped_release release;
-                std::vector<float> src32 = widened(s, cols * heads), dst32 = widened(d, rows * heads), alpha(nnz * heads);
-                gat_attention_rows(alpha.data(), data_as<I>(indptr), data_as<I>(indices), src32.data(), dst32.data(),
-                                   rows, heads, static_cast<float>(slope));
-                narrow(alpha.data(), o, nnz * heads);
+                const float* src32 = widened(s, cols * heads, 0);
+                const float* dst32 = widened(d, rows * heads, 1);
+                float* alpha = scratch(2, nnz * heads);
+                gat_attention_rows(alpha, data_as<I>(indptr), data_as<I>(indices), src32, dst32, rows, heads,
+                                   static_cast<float>(slope));
+                narrow(alpha, o, nnz * heads);
             }
             return out;
         });
@@ -499,14 +515,16 @@ py::tuple graph_gat_attention_backward(py::array indptr, py::array indices, py::
             const uint16_t *a = half_data(alpha), *g = half_data(grad), *s = half_data(src), *d = half_data(dst);
             {
                 py::gil_scoped_release release;
-                std::vector<float> alpha32 = widened(a, nnz * heads), grad32 = widened(g, nnz * heads),
-                                   src32 = widened(s, cols * heads), dst32 = widened(d, rows * heads),
-                                   gs32(cols * heads), gd32(rows * heads), scratch(nnz * heads);
-                gat_attention_backward_rows(gs32.data(), gd32.data(), scratch.data(), data_as<I>(indptr),
-                                            data_as<I>(indices), alpha32.data(), grad32.data(), src32.data(),
-                                            dst32.data(), rows, cols, heads, static_cast<float>(slope));
-                narrow(gs32.data(), gs, cols * heads);
-                narrow(gd32.data(), gd, rows * heads);
+                const float* alpha32 = widened(a, nnz * heads, 0);
+                const float* grad32 = widened(g, nnz * heads, 1);
+                const float* src32 = widened(s, cols * heads, 2);
+                const float* dst32 = widened(d, rows * heads, 3);
+                float *gs32 = scratch(4, cols * heads), *gd32 = scratch(5, rows * heads);
+                gat_attention_backward_rows(gs32, gd32, scratch(6, nnz * heads), data_as<I>(indptr),
+                                            data_as<I>(indices), alpha32, grad32, src32, dst32, rows, cols, heads,
+                                            static_cast<float>(slope));
+                narrow(gs32, gs, cols * heads);
+                narrow(gd32, gd, rows * heads);
             }
             return py::make_tuple(grad_src, grad_dst);
         });

@@ -5,6 +5,7 @@ import shutil
 import numpy as np
 import pytest
 
+import mstrain as ms
 from mstrain import ops
 from mstrain.graph import build as _build
 from mstrain.graph import compile_graph
@@ -29,7 +30,7 @@ def _call(function, *arrays, params):
 
 
 def test_conversions_are_numpys_bit_for_bit():
-    half_to_float, float_to_half, _ = converters()
+    half_to_float, float_to_half = converters()[:2]
     every_half = np.arange(65536, dtype=np.uint16)
     as_float = np.zeros(65536, np.float32)
     _call(half_to_float, every_half, as_float, params=[65536])
@@ -106,6 +107,7 @@ def test_half_gemm_is_the_float32_product_rounded_once(transpose_a, transpose_b)
 def test_half_gemm_only_takes_float16():
     a = np.ones((3, 4), np.float32)
     assert half_gemm(a, np.ones((4, 2), np.float32), np.zeros((3, 2), np.float32)) is None
+    assert half_gemm(a.astype(np.float64), np.ones((4, 2), np.float16), np.zeros((3, 2), np.float16)) is None
     kernel = HalfGemm(np.ones((3, 4), np.float16), np.ones((4, 2), np.float16), np.zeros((3, 2), np.float16))
     kernel()
     np.testing.assert_array_equal(kernel.out, np.full((3, 2), 4, np.float16))
@@ -147,3 +149,44 @@ def test_float16_graph_products_sums_and_lone_ops_equal_eager(trace_graph):
             np.testing.assert_array_equal(g, e)
     program = run.native()
     assert program is not None and program.python_calls == 0
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_half_gemm_rounds_a_float32_operand_as_a_cast_to_float16_would(transpose_b):
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((16, 30)).astype(np.float16)
+    b = (rng.standard_normal((30, 7)) * np.float32(1 + 2 ** -12)).astype(np.float32)  # not float16 values
+    b = np.ascontiguousarray(b.T).T if transpose_b else b
+    want = (a.astype(np.float32) @ b.astype(np.float16).astype(np.float32)).astype(np.float16)
+    out = np.zeros((16, 7), np.float16)
+    kernel = half_gemm(a, b, out)
+    kernel()
+    np.testing.assert_array_equal(out, want)
+    out[...] = 0
+    _run_native(kernel)
+    np.testing.assert_array_equal(out, want)
+    assert not np.array_equal(want, (a.astype(np.float32) @ b).astype(np.float16))  # the rounding matters
+
+
+def test_float16_products_read_float32_operands_without_the_cast(trace_graph):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((32, 40)).astype(np.float32)
+    w = (rng.standard_normal((24, 40)) * np.float32(1 + 2 ** -12)).astype(np.float32)  # a master weight
+
+    def step(x, w):
+        x16, w16 = ops.cast(x, ms.float16), ops.cast(w, ms.float16)
+        h = ops.matmul(x16, ops.transpose(w16, (1, 0)))           # Dense at O2: x @ W.T
+        return h, ops.matmul(h, w16), ops.cast(w16, ms.float32)  # the weight's float16 copy read elsewhere too
+
+    graph = trace_graph(step, x, w)
+    optimised, run = compile_graph(graph, fusion=True)
+    products = [n for n in optimised.nodes if n.op == "call" and n.prim.name == "matmul"]
+    assert len(products) == 2 and all(i.dtype == np.float32 for n in products for i in n.inputs
+                                       if i.op != "call" or i.prim.name != "matmul")
+    x16, w16 = x.astype(np.float16), w.astype(np.float16)
+    h = numpy_matmul(x16, w16.T)
+    want = [h, numpy_matmul(h, w16), w16.astype(np.float32)]
+    for _ in range(2):
+        for got, expected in zip(run.run([x, w]), want):
+            assert got.dtype == expected.dtype
+            np.testing.assert_array_equal(got, expected)

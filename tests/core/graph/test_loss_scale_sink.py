@@ -133,3 +133,76 @@ def test_fixed_loss_scale_skips_in_graph_mode_as_in_eager():
     (eager_w, eager_state), (sink_w, sink_state) = run(False), run(True)
     np.testing.assert_array_equal(sink_w, eager_w)
     assert sink_state == eager_state == {"loss_scale": 2.0 ** 20, "step": 6}
+
+
+def _one_overflowing_gradient_step(sink):
+    """One O2 step where only the second layer's weight gradient overflows float16: the ReLU
+    outputs are large (finite in float16) and the output weights tiny, so dW2 = h^T dlogits is
+    beyond float16's range while db2, dh, dW1 and db1 stay finite. (parameters before, after, scale state)"""
+    net = nn.SequentialCell([nn.Dense(12, 32), nn.ReLU(), nn.Dense(32, 4)])
+    rng = np.random.default_rng(7)
+    x = np.abs(rng.standard_normal((8, 12))).astype(np.float32)
+    net[0].weight.set_data(np.full((32, 12), 3000.0, np.float32))
+    net[0].bias.set_data(np.zeros(32, np.float32))
+    net[2].weight.set_data((rng.standard_normal((4, 32)) * 1e-6).astype(np.float32))
+    net[2].bias.set_data(np.zeros(4, np.float32))
+    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2",
+                     loss_scale_manager=ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 12))
+    step = model.train_network
+    step.set_train(True)
+    y = np.arange(8).astype(np.int32) % 4
+    h = np.maximum(x.astype(np.float16) @ net[0].weight.asnumpy().astype(np.float16).T, 0)
+    dlogits = np.float16(2.0 ** 12 / 8 * 0.75)  # (softmax - one hot) * scale / batch at the label
+    with np.errstate(over="ignore"):
+        dw2 = (h.astype(np.float32) * dlogits * 8).astype(np.float16)  # a lower bound of |dW2|'s largest
+    assert np.isfinite(h).all() and not np.isfinite(dw2).all()
+    before = {p.name: p.asnumpy().copy() for p in step.get_parameters()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        if sink:
+            GraphSinkRunner(step).run([(x, y)])
+        else:
+            step(ms.Tensor(x), ms.Tensor(y))
+    return before, {p.name: p.asnumpy().copy() for p in step.get_parameters()}, step.scale_sense.get_state()
+
+
+@pytest.mark.parametrize("sink", [False, True])
+def test_one_overflowing_gradient_skips_every_parameters_update(sink):
+    before, after, state = _one_overflowing_gradient_step(sink)
+    assert state == {"loss_scale": 2.0 ** 11, "good_steps": 0, "step": 1}
+    for name, value in before.items():  # weights, moments, global step: nothing written
+        np.testing.assert_array_equal(after[name], value, err_msg=name)
+
+
+def test_unscaled_gradients_recomputed_in_their_readers_change_no_bit(monkeypatch):
+    """The O2 step compiled with the unscaled float16 gradients recomputed in the overflow check
+    and in the update (no float32 copy written) trains exactly as the step that writes them."""
+    from mstrain.graph import half
+
+    rng = np.random.default_rng(3)
+    batches = [(rng.standard_normal((8, 96), dtype=np.float32), rng.integers(0, 4, 8).astype(np.int32))
+               for _ in range(20)]
+
+    def train():  # a first layer of 96 x 64 weights: large enough to be recomputed
+        ms.set_seed(0)
+        net = nn.SequentialCell([nn.Dense(96, 64), nn.ReLU(), nn.Dense(64, 4)])
+        manager = ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 20, scale_factor=2, scale_window=10)
+        model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                         nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2", loss_scale_manager=manager)
+        step = model.train_network
+        step.set_train(True)
+        runner = GraphSinkRunner(step)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            losses = runner.run(batches)
+        stats = runner.compiled_calls()[0].executable.stats()
+        return losses, {p.name: p.asnumpy().copy() for p in step.get_parameters()}, stats["planned_bytes"]
+
+    losses, state, planned = train()
+    monkeypatch.setattr(half, "recompute_widened_halves", lambda graph: graph)
+    written_losses, written_state, written_planned = train()
+    assert planned < written_planned  # the unscaled float32 gradients have no buffers
+    np.testing.assert_array_equal(losses, written_losses)
+    for name, value in written_state.items():
+        np.testing.assert_array_equal(state[name], value, err_msg=name)
