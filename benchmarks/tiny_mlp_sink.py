@@ -44,6 +44,7 @@ import _common  # noqa: E402
 import _w6_floor  # noqa: E402
 import mstrain as ms  # noqa: E402
 from mstrain import nn  # noqa: E402
+from mstrain.profiler import kernel_times  # noqa: E402
 from mstrain.graph.native import SMALL_GEMM_WORK, blas_threads_for, numpy_blas_threads  # noqa: E402
 from mstrain.train.sink import GraphSinkRunner  # noqa: E402
 
@@ -140,34 +141,11 @@ def executable_stats(runner):
     return stats
 
 
-def _kernel_label(node, kernel):
-    if node.op == "fused":
-        label = "fused(" + ",".join(m.prim.name for m in node.value.members) + ")"
-    else:
-        label = node.prim.name
-    native = getattr(kernel, "native", None)
-    if native is not None and native[0] in ("gemm", "steps") and node.op == "call" and \
-            node.prim.name in ("matmul", "dense_weight_grad"):
-        label += "[gemm]"
-    shape = node.shape if node.shape is not None else node.value.shape if node.op == "fused" else None
-    return f"{label} {list(shape) if shape is not None else ''}".strip()
-
-
 def kernel_breakdown(runner, steps=300):
-    """[(kernel, microseconds per step)] of the loop-sink plan, slowest first, timed in C: each
-    kernel's median over `steps` steps (a mean would charge one kernel the times the process was
-    descheduled on a shared machine)."""
-    executable = runner.compiled_calls()[0].executable
-    program = executable.native()
-    if program is None:
-        return None
-    seconds = np.zeros((steps, len(executable.plan)), np.float64)
-    for step in range(steps):
-        program.run(seconds[step])
-    medians = np.median(seconds, axis=0)
-    order = np.argsort(-medians)
-    return [[_kernel_label(executable.plan_nodes[i], executable.plan[i]), round(medians[i] * 1e6, 2)]
-            for i in order]
+    """[(kernel, microseconds per step)] of the loop-sink plan, slowest first (see
+    mstrain.profiler.kernel_times: each kernel's median over `steps` steps, timed in C)."""
+    times = kernel_times(runner.compiled_calls()[0].executable, steps)
+    return None if times is None else [[label, round(seconds * 1e6, 2)] for label, seconds in times]
 
 
 def _timed_steps(call, x, y, steps, sink_size):

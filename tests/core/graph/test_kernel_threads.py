@@ -1,0 +1,72 @@
+"""Generated kernels large enough to run on several threads (elementwise loops and row kernels
+with per-row reductions) give numpy's numbers, and the same bits on one and two threads."""
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mstrain.graph import codegen
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+
+ROWS, WIDTH = 1024, 512          # a layer norm's rows: rows * width above the threshold
+FLAT = 3 * (1 << 17) + 5          # an elementwise loop above the threshold, odd length
+
+_PROBE = r"""
+import sys
+import numpy as np
+import mstrain as ms
+from mstrain import ops
+from mstrain.graph import Tracer, tracing, compile_graph
+
+def trace(fn, *arrays):
+    tracer = Tracer("probe")
+    inputs = [tracer.add_input(ms.Tensor(a)) for a in arrays]
+    with tracing(tracer):
+        out = fn(*inputs)
+        nodes = [tracer.output_node(o) for o in (out if isinstance(out, tuple) else (out,))]
+    return tracer.finish(nodes)
+
+def layer_norm(x, r, w, b):
+    h = x + r
+    d = h - ops.mean(h, -1, keepdims=True)
+    return d / ops.sqrt(ops.mean(d * d, -1, keepdims=True) + 1e-5) * w + b, ops.sum(h * h, -1)
+
+rng = np.random.default_rng(0)
+x, r = (rng.standard_normal((%(rows)d, %(width)d)).astype(np.float32) for _ in range(2))
+w, b = rng.standard_normal(%(width)d).astype(np.float32), rng.standard_normal(%(width)d).astype(np.float32)
+flat = rng.standard_normal(%(flat)d).astype(np.float32)
+_, rows = compile_graph(trace(layer_norm, x, r, w, b), fusion=True)
+_, gelu = compile_graph(trace(lambda a: ops.gelu(a, approximate=False) * 3.0 + a, flat), fusion=True)
+normed, squares = rows.run([x, r, w, b])
+np.savez(sys.argv[1], x=x, r=r, w=w, b=b, flat=flat, normed=normed, squares=squares, gelu=gelu.run([flat])[0])
+""" % {"rows": ROWS, "width": WIDTH, "flat": FLAT}
+
+
+def _probe(tmp_path, threads):
+    path = tmp_path / f"threads{threads}.npz"
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1")
+    subprocess.run([sys.executable, "-c", _PROBE, str(path)], env=env, check=True, timeout=240)
+    with np.load(path) as archive:
+        return {k: archive[k] for k in archive.files}
+
+
+def test_the_probe_sizes_take_the_threaded_loops():
+    assert ROWS * WIDTH > codegen._PARALLEL_MIN and FLAT > codegen._PARALLEL_MIN
+
+
+def test_threaded_kernels_match_numpy_and_one_thread_bit_for_bit(tmp_path):
+    from scipy.special import erf
+    one, two = _probe(tmp_path, 1), _probe(tmp_path, 2)
+    for key in ("normed", "squares", "gelu"):
+        np.testing.assert_array_equal(one[key], two[key])
+    h = (one["x"] + one["r"]).astype(np.float64)
+    d = h - h.mean(-1, keepdims=True)
+    expected = d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * one["w"] + one["b"]
+    np.testing.assert_allclose(two["normed"], expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(two["squares"], (h * h).sum(-1), rtol=1e-5)
+    a = one["flat"].astype(np.float64)
+    np.testing.assert_allclose(two["gelu"], 0.5 * a * (1 + erf(a / np.sqrt(2))) * 3.0 + a, rtol=1e-5, atol=1e-5)
