@@ -1,4 +1,6 @@
 """Elementwise arithmetic, comparisons and matrix products."""
+import ctypes
+
 import numpy as np
 
 from ._axes import normalize_axis, resolve_broadcast_shape
@@ -367,10 +369,55 @@ def _(ctx, g):
 def numpy_matmul(x, y):
     """np.matmul of two arrays, float16 as float32 BLAS rounded once: numpy's float16 matmul is a
     scalar loop that accumulates in float32 too (only in another order), tens of times slower.
-    Compiled graphs compute the same float32 product (mstrain.graph.half)."""
+    Compiled graphs compute the same float32 product (mstrain.graph.half). A small product runs on
+    one BLAS thread, as in a compiled step (`_blas_thread_policy`)."""
     if x.dtype == np.float16 and y.dtype == np.float16:
-        return np.matmul(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
-    return np.matmul(x, y)
+        return numpy_matmul(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
+    if x.dtype.kind not in "fc" or y.dtype.kind not in "fc" or x.ndim == 0 or y.ndim == 0:
+        return np.matmul(x, y)
+    set_threads, get_threads, small_work = _blas_thread_policy()
+    if set_threads is None or _product_work(x, y) >= small_work:
+        return np.matmul(x, y)
+    threads = get_threads()
+    if threads == 1:
+        return np.matmul(x, y)
+    set_threads(1)
+    try:
+        return np.matmul(x, y)
+    finally:
+        set_threads(threads)
+
+
+def _product_work(x, y):
+    """Multiply-adds of np.matmul(x, y) (batch axes broadcast)."""
+    m = x.shape[-2] if x.ndim > 1 else 1
+    k = x.shape[-1]
+    n = y.shape[-1] if y.ndim > 1 else 1
+    if x.ndim <= 2 and y.ndim <= 2:
+        return float(m) * n * k
+    batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    return float(np.prod(batch, dtype=np.float64)) * m * n * k
+
+
+_BLAS_POLICY = []
+
+
+def _blas_thread_policy():
+    """(set_num_threads, get_num_threads, work threshold) of numpy's OpenBLAS, or (None, None, 0).
+
+    The compiled step's rule for eager products (mstrain.graph.native.blas_threads_for): OpenBLAS
+    splits products from a quarter million multiply-adds on and its workers then spin for ~0.1 s,
+    taking the cores from the OpenMP threads of the convolution and norm kernels that follow; below
+    SMALL_GEMM_WORK a second BLAS thread gains less than that costs."""
+    if not _BLAS_POLICY:
+        from ..graph.native import SMALL_GEMM_WORK, numpy_blas_thread_addresses
+        addresses = numpy_blas_thread_addresses()
+        if addresses is None:
+            _BLAS_POLICY.append((None, None, 0.0))
+        else:
+            _BLAS_POLICY.append((ctypes.CFUNCTYPE(None, ctypes.c_int)(addresses[0]),
+                                 ctypes.CFUNCTYPE(ctypes.c_int)(addresses[1]), SMALL_GEMM_WORK))
+    return _BLAS_POLICY[0]
 
 
 @defop("matmul")

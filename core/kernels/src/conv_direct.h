@@ -4,7 +4,7 @@
 // is the same planes read from an offset: the convolution is kh * kw products (small_gemm.h's
 // gemm_taps sums them in registers) whose operand rows are shifted padded planes. A stride splits
 // the input into phase planes (forward_planes), so the forward pass and the filter gradient take any
-// stride; the input gradient takes stride 1. Outputs are computed on the padded row width (the
+// stride; so does the input gradient (per phase of dx, see backward_input_phases). Outputs are computed on the padded row width (the
 // columns past OW are junk and dropped), or at the valid positions only when positions are the rows.
 //     forward      out_grid (O x OH*Wp)  = sum_t W[:, :, t] (O x C) @ shift_t(x_padded) (C x OH*Wp)
 //     input grad   dx_grid  (C x H*Wq)   = sum_t W[:, :, T-1-t]^T (C x O) @ shift_t(grad_padded) (O x H*Wq)
@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "small_gemm.h"
@@ -106,10 +107,14 @@ inline void copy_valid(const float* grid, int64_t channels, int64_t h, int64_t w
 // The forward pass and the filter gradient: one group, AVX2 or AVX-512 present.
 inline bool usable(const Geometry& g, int64_t groups) { return groups == 1 && small_gemm::available(); }
 
-// The input gradient: also stride 1 and padding in [0, (k - 1) * d] on every side (so that the padded
-// planes hold all of the output gradient).
+// The input gradient: strided (backward_input_phases), or at stride 1 with padding in [0, (k - 1) * d]
+// on every side (so that the padded planes hold all of the output gradient).
 inline bool usable_for_input_grad(const Geometry& g, int64_t groups) {
-    if (!usable(g, groups) || g.sh != 1 || g.sw != 1) return false;
+    if (!usable(g, groups)) return false;
+    // strided: backward_input_phases, from 128 output positions (a 14x14 gradient of a 28x28 input) on;
+    // on a 7x7 gradient its products are too short and im2col's chunks of several samples win
+    // (measured on ResNet-8's stride-2 layers, AVX-512, one thread)
+    if (g.sh != 1 || g.sw != 1) return g.out_plane() >= 128;
     const int64_t span_h = (g.kh - 1) * g.dh, span_w = (g.kw - 1) * g.dw;
     const int64_t pb = g.oh + span_h - g.h - g.pt, pr = g.ow + span_w - g.w - g.pl;
     return pb >= 0 && pr >= 0 && g.pt <= span_h && pb <= span_h && g.pl <= span_w && pr <= span_w;
@@ -183,8 +188,89 @@ inline void forward(const float* x, const float* w, float* out, const Geometry& 
     });
 }
 
+// The input gradient at a stride: dx splits into sh * sw phases, phase (a, b) holding rows a, a + sh, ...
+// and columns b, b + sw, ... Row a + sh u gets tap i exactly when sh divides a + pt - i dh, from the
+// output gradient's row u + (a + pt - i dh) / sh; so each phase is a stride-1 sum of shifted products
+// over its own taps, read from one zero-padded copy of the output gradient (no columns, no scatter-add).
+struct PhaseTaps {
+    int64_t rows, cols;                  // of dx's phase
+    std::vector<int64_t> weight_at, plane_at;  // per tap of the phase
+};
+
+// The shifts (a + pt - i dh) / sh of the taps i of phase a along one axis (tap index, shift).
+inline std::vector<std::pair<int64_t, int64_t>> phase_shifts(int64_t a, int64_t pad, int64_t k, int64_t d, int64_t s) {
+    std::vector<std::pair<int64_t, int64_t>> taps;
+    for (int64_t i = 0; i < k; ++i) {
+        const int64_t offset = a + pad - i * d;
+        if (((offset % s) + s) % s == 0) taps.emplace_back(i, offset / s);  // exact: s divides offset
+    }
+    return taps;
+}
+
+inline void backward_input_phases(const float* grad, const float* w, float* dx, const Geometry& g, int64_t o) {
+    const int64_t taps = g.kh * g.kw, phases = g.sh * g.sw;
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> row_taps(g.sh), col_taps(g.sw);
+    int64_t top = 0, left = 0, rows = g.oh, cols = g.ow, max_grid = 0;
+    for (int64_t a = 0; a < g.sh; ++a) row_taps[a] = phase_shifts(a, g.pt, g.kh, g.dh, g.sh);
+    for (int64_t b = 0; b < g.sw; ++b) col_taps[b] = phase_shifts(b, g.pl, g.kw, g.dw, g.sw);
+    for (const auto& list : row_taps) for (const auto& t : list) top = std::max(top, -t.second);
+    for (const auto& list : col_taps) for (const auto& t : list) left = std::max(left, -t.second);
+    rows += top;
+    cols += left;
+    for (int64_t a = 0; a < g.sh; ++a) {  // the reads of the last valid row and column stay in the planes
+        for (const auto& t : row_taps[a]) rows = std::max(rows, top + ceil_div_positive(g.h - a, g.sh) + t.second);
+    }
+    for (int64_t b = 0; b < g.sw; ++b) {
+        for (const auto& t : col_taps[b]) cols = std::max(cols, left + ceil_div_positive(g.w - b, g.sw) + t.second);
+    }
+    const PaddedPlanes pad{rows, cols, rows * cols + cols, {}};
+    std::vector<PhaseTaps> plan(phases);
+    for (int64_t a = 0; a < g.sh; ++a) {
+        for (int64_t b = 0; b < g.sw; ++b) {
+            PhaseTaps& phase = plan[a * g.sw + b];
+            phase.rows = ceil_div_positive(g.h - a, g.sh);
+            phase.cols = ceil_div_positive(g.w - b, g.sw);
+            max_grid = std::max(max_grid, phase.rows * cols);
+            for (const auto& ti : row_taps[a]) {
+                for (const auto& tj : col_taps[b]) {
+                    phase.weight_at.push_back((ti.first * g.kw + tj.first) * g.c * o);
+                    phase.plane_at.push_back((ti.second + top) * cols + tj.second + left);
+                }
+            }
+        }
+    }
+    const std::vector<float> w_t = tap_major(w, o, g.c, taps, false, false);  // per tap (C x O)
+    const int64_t per_slot = o * pad.stride + g.c * max_grid;
+    std::vector<float> work(max_slots() * per_slot, 0.0f);
+    for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
+        float* gp = work.data() + slot * per_slot;
+        float* acc = gp + o * pad.stride;
+        float* dxs = dx + n0 * g.c * g.in_plane();
+        copy_interior(grad + n0 * o * g.out_plane(), o, g.oh, g.ow, gp, pad, top, left);
+        for (int64_t ph = 0; ph < phases; ++ph) {
+            const PhaseTaps& phase = plan[ph];
+            const int64_t a = ph / g.sw, b = ph % g.sw, grid = phase.rows * cols;
+            if (phase.rows == 0 || phase.cols == 0) continue;
+            if (phase.weight_at.empty()) {
+                std::fill(acc, acc + g.c * grid, 0.0f);
+            } else {
+                const small_gemm::Taps offsets{int(phase.weight_at.size()), phase.weight_at.data(), phase.plane_at.data()};
+                small_gemm::gemm_taps(g.c, grid, o, offsets, w_t.data(), o, 1, gp, pad.stride, acc, grid, false);
+            }
+            for (int64_t ch = 0; ch < g.c; ++ch) {
+                for (int64_t u = 0; u < phase.rows; ++u) {
+                    const float* src = acc + ch * grid + u * cols;
+                    float* dst = dxs + (ch * g.h + a + u * g.sh) * g.w + b;
+                    for (int64_t v = 0; v < phase.cols; ++v) dst[v * g.sw] = src[v];
+                }
+            }
+        }
+    });
+}
+
 // dx[y, x] gets w[.., i, j] * grad[y + pt - i dh, x + pl - j dw] (input_grad_planes).
 inline void backward_input(const float* grad, const float* w, float* dx, const Geometry& g, int64_t o) {
+    if (g.sh != 1 || g.sw != 1) return backward_input_phases(grad, w, dx, g, o);
     const int64_t span_h = (g.kh - 1) * g.dh, span_w = (g.kw - 1) * g.dw;
     const PaddedPlanes pad = input_grad_planes(g);
     const int64_t taps = g.kh * g.kw, grid = g.h * pad.cols, per_slot = o * pad.stride + g.c * grid;

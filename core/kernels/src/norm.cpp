@@ -1,5 +1,6 @@
-// Batch normalisation in training mode, one pass per direction over an (N, C, S) array (S: the
-// spatial positions, 1 for (N, C) inputs), statistics per channel C:
+// Batch normalisation in training mode over an (N, C, S) array (S: the spatial positions, 1 for
+// (N, C) inputs), statistics per channel C, two reads of the data per direction (the statistics or
+// gradient sums, then the output):
 //   forward : batch mean and (biased) variance, y = (x - mean) / sqrt(var + eps) * gamma + beta, and
 //             the running statistics moved in place, MindSpore's way (momentum weights the old value,
 //             the variance is the unbiased one);
@@ -30,28 +31,24 @@ void bn_forward(const T* x, const T* gamma, const T* beta, T* moving_mean, T* mo
     const double unbias = count > 1 ? double(count) / double(count - 1) : 1.0;
 #pragma omp parallel for if (d.n * d.c * d.s >= kParallelGrain && d.c > 1) schedule(static)
     for (int64_t ch = 0; ch < d.c; ++ch) {
-        double sum = 0.0;
+        // one read for both statistics: sums of x' and x'^2 with x' = x - (the channel's first value),
+        // so a large mean does not cancel the variance away (the backward pass's shifted sums)
+        const T t_origin = count ? x[ch * d.s] : T(0);
+        double s1 = 0.0, s2 = 0.0;
         for (int64_t i = 0; i < d.n; ++i) {
             const T* row = x + (i * d.c + ch) * d.s;
-            T part = 0;
-#pragma omp simd reduction(+ : part)
-            for (int64_t k = 0; k < d.s; ++k) part += row[k];
-            sum += double(part);
-        }
-        const double mean = sum * inv_count;
-        const T t_mean = T(mean);
-        double squares = 0.0;
-        for (int64_t i = 0; i < d.n; ++i) {
-            const T* row = x + (i * d.c + ch) * d.s;
-            T part = 0;
-#pragma omp simd reduction(+ : part)
+            T p1 = 0, p2 = 0;  // one row in T (vectorised), rows summed in double
+#pragma omp simd reduction(+ : p1, p2)
             for (int64_t k = 0; k < d.s; ++k) {
-                const T centered = row[k] - t_mean;
-                part += centered * centered;
+                const T xs = row[k] - t_origin;
+                p1 += xs;
+                p2 += xs * xs;
             }
-            squares += double(part);
+            s1 += double(p1);
+            s2 += double(p2);
         }
-        const double var = squares * inv_count;
+        const double centre = s1 * inv_count, mean = double(t_origin) + centre;
+        const double var = std::max(0.0, s2 * inv_count - centre * centre);
         const double scale = double(gamma[ch]) / std::sqrt(var + eps);
         const T t_scale = T(scale), t_shift = T(double(beta[ch]) - mean * scale);
         for (int64_t i = 0; i < d.n; ++i) {

@@ -1,6 +1,6 @@
 """The direct (shifted-plane) float32 convolution of conv.cpp, taken with one group and at least 32
-products per output (the input gradient at stride 1 only; the filter gradient of one channel too): its three passes against the numpy
-references and against PyTorch (skipped without torch), on the shapes that select each of its layouts."""
+products per output (the input gradient at a stride from 128 output positions on, per phase plane of
+dx; the filter gradient of one channel too): its three passes against the numpy references and against PyTorch (skipped without torch), on the shapes that select each of its layouts."""
 import numpy as np
 import pytest
 
@@ -21,6 +21,10 @@ DIRECT = [
     ((2, 16, 28, 28), (16, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a long plane: channels as rows
     ((9, 16, 14, 14), (32, 16, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2 (phase planes), transposed
     ((2, 8, 13, 11), (8, 8, 3, 2), (2, 3), (1, 0, 2, 1), (2, 1)),     # uneven strides, dilation, odd sizes
+    ((3, 16, 28, 28), (32, 16, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # ResNet-8's stage 2 entry: strided dx phases
+    ((2, 32, 29, 27), (8, 32, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),   # strided 1x1: dx phases without taps
+    ((2, 8, 30, 40), (5, 8, 3, 5), (2, 3), (2, 0, 1, 3), (1, 2)),     # strided dx: uneven strides, dilation
+    ((1, 40, 50, 50), (3, 40, 3, 3), (4, 4), (1, 1, 1, 1), (1, 1)),   # stride 4: phases with 0, 1 and 4 taps
     ((9, 1, 28, 28), (6, 1, 5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),     # LeNet's stem: the filter gradient only
     ((2, 1, 11, 12), (16, 1, 3, 4), (2, 1), (1, 1, 2, 1), (2, 2)),    # a dilated one-channel stem
 ]
@@ -77,14 +81,14 @@ def test_direct_passes_match_torch(native, case):
         np.testing.assert_allclose(actual, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()), err_msg=name)
 
 
-
 _THREADS_PROBE = """
 import sys
 import numpy as np
 from mstrain.kernels import conv as K
 rng = np.random.default_rng(0)
 arrays = []
-for xs, ws, stride in [((16, 32, 7, 7), (64, 32, 3, 3), (1, 1)), ((18, 16, 14, 14), (32, 16, 3, 3), (2, 2))]:
+for xs, ws, stride in [((16, 32, 7, 7), (64, 32, 3, 3), (1, 1)), ((18, 16, 14, 14), (32, 16, 3, 3), (2, 2)),
+                       ((6, 16, 28, 28), (32, 16, 3, 3), (2, 2))]:
     x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
     y = K.conv2d_forward(x, w, stride, (1, 1, 1, 1), (1, 1))
     g = rng.standard_normal(y.shape).astype(np.float32)

@@ -83,6 +83,23 @@ def test_backward_is_exact_when_the_mean_dwarfs_the_spread(monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
+def test_forward_statistics_are_exact_when_the_mean_dwarfs_the_spread(monkeypatch):
+    """The forward pass sums both statistics in one read, shifted by the channel's first value: a
+    mean of 1e4 over a spread of 1e-3 keeps its variance (unshifted float sums of squares lose it)."""
+    _native_only(monkeypatch)
+    for dtype, rtol in ((np.float64, 1e-6), (np.float32, 2e-3)):
+        x, (gamma, beta, mm, mv), _ = _case((8, 3, 16), np.float64, seed=3)
+        x = (x * 1e-3 + 1e4).astype(dtype)
+        gamma, beta, mm, mv = (v.astype(dtype) for v in (gamma, beta, mm, mv))
+        ref_state, nat_state = [mm.copy(), mv.copy()], [mm.copy(), mv.copy()]
+        expected = K.reference_batch_norm_forward(x.astype(np.float64), gamma, beta, *ref_state, 1e-12, 0.9)
+        got = K.batch_norm_forward(x, gamma, beta, *nat_state, 1e-12, 0.9)
+        np.testing.assert_allclose(got[2], expected[2], rtol=rtol)  # the variance
+        np.testing.assert_allclose(nat_state[1], ref_state[1], rtol=rtol)
+        if dtype == np.float64:  # float32's y is x's rounding (1e-3 at 1e4) scaled up
+            np.testing.assert_allclose(got[0], expected[0], rtol=1e-6, atol=1e-6)
+
+
 def test_bad_operands_name_the_culprit():
     x, (gamma, beta, mm, mv), gy = _case((2, 3, 4), np.float32)
     with pytest.raises(ShapeError, match="beta"):
