@@ -26,6 +26,19 @@ def test_sum_over_leading_axes_runs_in_c_with_numpys_additions(trace_graph, dtyp
     np.testing.assert_array_equal(got, np.sum(x, axis=tuple(range(len(shape) - len(target)))))
 
 
+@pytest.mark.parametrize("shape,target", [((64, 50, 16), (1, 50, 16)), ((64, 1, 16), (1, 1, 16)),
+                                          ((4, 3, 5, 6), (1, 5, 6))])
+def test_sum_to_leading_ones_runs_in_c_with_numpys_additions(trace_graph, shape, target):
+    # the gradient of a (1, T, H) parameter broadcast over the batch (ViT positions, class token)
+    x = (np.random.default_rng(2).standard_normal(shape) * 1e3).astype(np.float32)
+    _, executable = compile_graph(trace_graph(lambda a: sum_to(a, target), x), fusion=False)
+    assert executable.native().python_calls == 0
+    (got,) = executable.run([x])
+    lead = len(shape) - len(target)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(target) if n == 1 and shape[lead + i] != 1)
+    np.testing.assert_array_equal(got, np.sum(x, axis=axes, keepdims=True).reshape(target))
+
+
 def test_a_sum_along_memory_stays_with_numpy(trace_graph):
     x = np.random.default_rng(1).standard_normal((50, 1)).astype(np.float32)
     _, executable = compile_graph(trace_graph(lambda a: sum_to(a, (1,)), x), fusion=False)
