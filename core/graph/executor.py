@@ -15,12 +15,9 @@ import time
 
 import numpy as np
 
-from ..ops import primitive
 from ..ops.primitive import dispatch
 from . import lowering
-from .codegen import SUPPORTED
-from .group import FusedGroup
-from .ir import Node
+from .copies import layout_kernel
 from .memory import Step, plan_memory
 
 _INPLACE_UNSAFE = {"where", "cast"}  # their out= kernels read an input after writing the output
@@ -76,18 +73,6 @@ def _half_gemm(node, ins, out):
 
 class ResidentChanged(RuntimeError):
     """A Parameter read by a compiled graph changed shape or dtype: the graph must be traced again."""
-
-
-def _strided_copy(node, ins, out):
-    """A reshape that cannot be a view (of a transposed or sliced layout: the ViT's patches) as one
-    generated copy kernel reading its input through the input's strides, or None (then the impl
-    runs and its result is copied, in Python)."""
-    x = ins[0] if ins else None
-    if node.prim.name != "reshape_to" or not isinstance(x, np.ndarray) or not x.ndim or not x.size or \
-            x.dtype != out.dtype or x.dtype not in SUPPORTED or not out.flags.c_contiguous or not _native_enabled():
-        return None
-    copy = Node("call", node.inputs[:1], primitive.get("identity"), {}, shape=x.shape, dtype=x.dtype)
-    return FusedGroup("strided_copy", [copy], [copy], x.shape, reduce=False).build([x], [out.reshape(x.shape)])
 
 
 def _is_view_candidate(node):
@@ -232,11 +217,15 @@ class Executable:
             kernel = host(node, ins, outs)
             if kernel is not None:
                 return kernel
+        if _native_enabled():  # a reshape, concat, split or getitem's adjoint: generated copies
+            kernel = layout_kernel(node, ins, outs if node.shape is not None else self._outputs_by_index(node, arrays))
+            if kernel is not None:
+                return kernel
         if node.shape is not None and outs[0] is not None:  # (an op writing state in place writes it too)
             kernel = _half_gemm(node, ins, outs[0])
             if kernel is not None:
                 return kernel
-            kernel = lowering.out_kernel(node, ins, outs[0]) or _strided_copy(node, ins, outs[0])
+            kernel = lowering.out_kernel(node, ins, outs[0])
             if kernel is not None:
                 _attach_gemm(kernel, node, ins, outs[0])
                 return kernel
@@ -255,8 +244,10 @@ class Executable:
 
     def _outputs_by_index(self, node, arrays):
         """The planned buffer of each output of a several-output node, None where it is unused."""
-        outs = [None] * node.prim.num_outputs
-        for projection in self._projections.get(id(node), []):
+        projections = self._projections.get(id(node), [])
+        count = node.prim.num_outputs  # -1: as many as the attributes say (split), here the used ones
+        outs = [None] * (count if count >= 0 else 1 + max((p.value for p in projections), default=-1))
+        for projection in projections:
             outs[projection.value] = arrays.get(id(projection))
         return outs
 
