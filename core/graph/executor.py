@@ -17,6 +17,7 @@ import numpy as np
 
 from ..ops.primitive import dispatch
 from . import lowering
+from .copies import layout_kernel
 from .memory import Step, plan_memory
 
 _INPLACE_UNSAFE = {"where", "cast"}  # their out= kernels read an input after writing the output
@@ -216,6 +217,10 @@ class Executable:
             kernel = host(node, ins, outs)
             if kernel is not None:
                 return kernel
+        if _native_enabled():  # a reshape, concat, split or getitem's adjoint: generated copies
+            kernel = layout_kernel(node, ins, outs if node.shape is not None else self._outputs_by_index(node, arrays))
+            if kernel is not None:
+                return kernel
         if node.shape is not None and outs[0] is not None:  # (an op writing state in place writes it too)
             kernel = _half_gemm(node, ins, outs[0])
             if kernel is not None:
@@ -239,8 +244,10 @@ class Executable:
 
     def _outputs_by_index(self, node, arrays):
         """The planned buffer of each output of a several-output node, None where it is unused."""
-        outs = [None] * node.prim.num_outputs
-        for projection in self._projections.get(id(node), []):
+        projections = self._projections.get(id(node), [])
+        count = node.prim.num_outputs  # -1: as many as the attributes say (split), here the used ones
+        outs = [None] * (count if count >= 0 else 1 + max((p.value for p in projections), default=-1))
+        for projection in projections:
             outs[projection.value] = arrays.get(id(projection))
         return outs
 

@@ -321,11 +321,14 @@ def sum_rows_params(x, out):
     order of additions could differ (a non-contiguous input, a reduction along memory)."""
     if x.dtype != out.dtype or x.dtype not in (np.float32, np.float64) or not x.flags.c_contiguous:
         return None
-    if not out.flags.c_contiguous or out.ndim == 0 or x.shape[x.ndim - out.ndim:] != out.shape:
+    kept = out.shape
+    while len(kept) > 1 and kept[0] == 1:  # (1, T, H) from (B, T, H): the same rows summed in order
+        kept = kept[1:]
+    if not out.flags.c_contiguous or out.ndim == 0 or x.shape[x.ndim - len(kept):] != kept:
         return None
     cols = out.size
     rows = x.size // max(cols, 1)
-    if cols < 2 or rows < 1 or x.ndim == out.ndim:
+    if cols < 2 or rows < 1 or x.ndim == len(kept):
         return None
     return [int(x.dtype == np.float64), rows, cols]
 

@@ -9,7 +9,9 @@ import pytest
 
 from mstrain.communication import get_group, graph_kernels
 from mstrain.graph import compile_graph
+from mstrain.ops.array import transpose
 from mstrain.ops.math import sum_to
+from mstrain.ops.reduce import reshape_to
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -24,6 +26,39 @@ def test_sum_over_leading_axes_runs_in_c_with_numpys_additions(trace_graph, dtyp
     assert program is not None and program.python_calls == 0
     (got,) = executable.run([x])
     np.testing.assert_array_equal(got, np.sum(x, axis=tuple(range(len(shape) - len(target)))))
+
+
+@pytest.mark.parametrize("shape,target", [((64, 50, 16), (1, 50, 16)), ((64, 1, 16), (1, 1, 16)),
+                                          ((4, 3, 5, 6), (1, 5, 6))])
+def test_sum_to_leading_ones_runs_in_c_with_numpys_additions(trace_graph, shape, target):
+    # the gradient of a (1, T, H) parameter broadcast over the batch (ViT positions, class token)
+    x = (np.random.default_rng(2).standard_normal(shape) * 1e3).astype(np.float32)
+    _, executable = compile_graph(trace_graph(lambda a: sum_to(a, target), x), fusion=False)
+    assert executable.native().python_calls == 0
+    (got,) = executable.run([x])
+    lead = len(shape) - len(target)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(target) if n == 1 and shape[lead + i] != 1)
+    np.testing.assert_array_equal(got, np.sum(x, axis=axes, keepdims=True).reshape(target))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize("shape,axes,target", [
+    ((8, 1, 28, 28), None, None),  # the ViT's patches: (B, C, 7, 4, 7, 4) -> (B, 7, 7, C, 4, 4) -> (B*49, 16)
+    ((6, 10), (1, 0), (60,)), ((3, 4, 5), (2, 0, 1), (5, 12))])
+def test_a_reshape_of_a_transposed_layout_is_a_generated_copy(trace_graph, dtype, shape, axes, target):
+    x = (np.random.default_rng(3).standard_normal(shape) * 100).astype(dtype)
+
+    def fn(a):
+        if axes is None:
+            t = transpose(reshape_to(a, (a.shape[0], 1, 7, 4, 7, 4)), (0, 2, 4, 1, 3, 5))
+            return reshape_to(t, (a.shape[0] * 49, 16))
+        return reshape_to(transpose(a, axes), target)
+    _, executable = compile_graph(trace_graph(fn, x), fusion=False)
+    assert executable.native().python_calls == 0
+    (got,) = executable.run([x])
+    expected = x.reshape(-1, 1, 7, 4, 7, 4).transpose(0, 2, 4, 1, 3, 5).reshape(-1, 16) if axes is None \
+        else x.transpose(axes).reshape(target)
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_a_sum_along_memory_stays_with_numpy(trace_graph):

@@ -1,0 +1,111 @@
+"""Generated copy kernels for the layout ops that need a buffer of their own.
+
+A reshape of a transposed or sliced layout, a concat, the pieces of a split and getitem's adjoint
+(zeros with the gradient at a basic index) only move elements. Each becomes one plan kernel whose
+C calls are generated elementwise copies (`FusedGroup` with one member) that read and write
+through the arrays' strides, so the C step runner never calls back into Python for them. A layout
+these cannot express (an index array, a dtype the generator lacks, no compiler) returns None and
+the op runs its numpy kernel as before.
+"""
+import numpy as np
+
+from ..ops import primitive
+from .codegen import SUPPORTED
+from .group import FusedGroup
+from .ir import Node
+
+__all__ = ["layout_kernel"]
+
+
+def _stand_in(array):
+    return Node("input", value=0, shape=array.shape, dtype=array.dtype)
+
+
+def _copy(source, target, plus_zero=False):
+    """One generated kernel writing `source` (any strides, broadcast allowed) into `target`;
+    `plus_zero` writes source + 0, numpy's `zeros[index] += g` (-0.0 becomes +0.0)."""
+    inputs = [source] + ([np.broadcast_to(np.zeros((), target.dtype), target.shape)] if plus_zero else [])
+    nodes = [_stand_in(a) for a in inputs]
+    name = "add" if plus_zero else "identity"
+    member = Node("call", tuple(nodes), primitive.get(name), {}, shape=target.shape, dtype=target.dtype)
+    return FusedGroup(f"copy_{name}", [member], [member], target.shape, reduce=False).build(inputs, [target])
+
+
+def _steps(pairs):
+    """One plan kernel running the copies of (source, target, plus_zero) in order, or None."""
+    runs = [_copy(*pair) for pair in pairs]
+    if any(getattr(run, "native", None) is None for run in runs):
+        return None
+
+    def run():
+        for step in runs:
+            step()
+    run.keep = runs
+    run.native = ("steps", [step.native[1:] for step in runs])
+    return run
+
+
+def _arrays(*arrays):
+    return all(isinstance(a, np.ndarray) and a.dtype in SUPPORTED and a.size for a in arrays)
+
+
+def _reshape(node, ins, outs):
+    x, out = ins[0], outs[0]
+    if not out.flags.c_contiguous or x.ndim == 0 or x.dtype != out.dtype:
+        return None
+    return _steps([(x, out.reshape(x.shape))])
+
+
+def _concat(node, ins, outs):
+    out, axis = outs[0], node.attrs["axis"] % outs[0].ndim
+    pairs, start = [], 0
+    for x in ins:
+        if x.dtype != out.dtype or x.ndim != out.ndim:
+            return None
+        index = (slice(None),) * axis + (slice(start, start + x.shape[axis]),)
+        if x.size:
+            pairs.append((x, out[index]))
+        start += x.shape[axis]
+    return _steps(pairs) if pairs else None
+
+
+def _split(node, ins, outs):
+    x, axis = ins[0], node.attrs["axis"] % ins[0].ndim
+    pairs, start = [], 0
+    for size, out in zip(node.attrs["sizes"], outs):
+        index = (slice(None),) * axis + (slice(start, start + size),)
+        if out is not None and out.size:
+            if out.dtype != x.dtype:
+                return None
+            pairs.append((x[index], out))
+        start += size
+    return _steps(pairs) if pairs else None
+
+
+def _basic(index):
+    parts = index if isinstance(index, tuple) else (index,)
+    return all(p is None or p is Ellipsis or isinstance(p, (slice, int, np.integer)) for p in parts)
+
+
+def _scatter_into_zeros(node, ins, outs):
+    g, out, index = ins[0], outs[0], node.attrs["index"]
+    if not _basic(index) or g.dtype != out.dtype:
+        return None
+    region = out[index]
+    if region.shape != g.shape:
+        return None
+    return _steps([(np.broadcast_to(np.zeros((), out.dtype), out.shape), out, False), (g, region, True)])
+
+
+_LAYOUT = {"reshape_to": _reshape, "concat": _concat, "split": _split, "index_add_zeros": _scatter_into_zeros}
+
+
+def layout_kernel(node, ins, outs):
+    """The generated copies computing a layout op into its planned buffers `outs` (None where an
+    output is unused), or None when this op or layout has none."""
+    build = _LAYOUT.get(node.prim.name) if node.op == "call" else None
+    if build is None or not _arrays(*ins) or not _arrays(*[o for o in outs if o is not None]):
+        return None
+    if node.shape is not None and outs[0] is None:
+        return None
+    return build(node, ins, outs)
