@@ -26,6 +26,7 @@ PASSES = [
 
 
 def _kernel_passes():
+    from .epilogue import fuse_gemm_epilogues
     from .fusion import expand_composites, fuse_kernels
     return [
         ("expand", expand_composites),              # softmax, layer norm, losses, masks, updates -> basic ops
@@ -35,6 +36,7 @@ def _kernel_passes():
         ("cse", common_subexpression_elimination),  # expansions share their subexpressions
         ("fuse", fuse_kernels),                     # elementwise / row-reduction groups -> one C++ kernel each
         ("dce", dead_code_elimination),
+        ("epilogue", fuse_gemm_epilogues),          # a product and the elementwise kernel reading it: one node
     ]
 
 
