@@ -7,13 +7,10 @@ follow (see SMALL_GEMM_WORK in native.py), so the runtime gives such products on
 Here the runtime cuts the output of a product below SMALL_GEMM_WORK multiply-adds into one block of
 rows (or columns) per core, each block at least SPLIT_GEMM_WORK, and each block is a one-thread BLAS call. The blocks
 go to a small pool of helper threads kept by the runtime: a helper spins for at most
-`HELPER_SPIN_US` after its last block (back-to-back products find it awake), then sleeps on a
-condition variable. The calling thread claims blocks too, and claims every block a helper has not
-taken yet, so a helper that does not get a core soon costs the product only the wake-up call; a
-helper that took a block and then lost its core does delay the product. On this project's shared
-2-core machine under heavy load (load average 15-20) W6's two products took 92 and 63 us split
-against about 70 and 54 us as one call on a quiet machine; the quiet-machine gain of the split is
-the halves' times above plus the wake-up.
+`HELPER_SPIN_US` after its last block (the next product of a step usually comes sooner), then
+sleeps on a condition variable. The calling thread claims blocks too, and claims every block a
+helper has not taken yet: on a busy machine, where a woken helper may not get a core at once, the
+product costs what one call costs instead of waiting for the helper.
 
 Only float32 products are cut. For them every element of the result is the same dot product, in
 the same order, as in the one whole BLAS call (a block only narrows the rows or columns the call
