@@ -1,7 +1,6 @@
 """Mid-sized matrix products of a compiled step cut over the cores, without spinning BLAS workers.
 
-A product of W6's size (a few million multiply-adds) cut in two halves takes about half the time
-per half on one thread (W6's forward product: 37 us a half, 70 us whole, one-thread BLAS), but
+A product of W6's size (a few million multiply-adds) runs about twice as fast on two cores, but
 OpenBLAS's own threads spin for ~0.1 s after each product and take the cores from the kernels that
 follow (see SMALL_GEMM_WORK in native.py), so the runtime gives such products one BLAS thread.
 Here the runtime cuts the output of a product below SMALL_GEMM_WORK multiply-adds into one block of
