@@ -22,9 +22,8 @@ per step (timed in C; `gemm` marks numpy's BLAS calls).
 --peer also measures the floor in this process (benchmarks/_w6_floor.py): `numpy_step`, the step
 written by hand in numpy with in-place updates, and `gemm_floor`, its five matrix products alone,
 both on the BLAS threads the compiled step's thread policy gives these products (`blas_threads`,
-`thread_policy`: mstrain.graph.native.blas_threads_for; the compiled step also cuts its two large
-float32 products over the cores, mstrain.graph.gemm_split, which numpy does not), `gemm_floor_all_threads`
-the products on all of numpy's BLAS threads, followed by a line with loop_sink / gemm_floor. Each of these lines
+`thread_policy`: mstrain.graph.native.blas_threads_for), `gemm_floor_all_threads` the products on
+all of numpy's BLAS threads, followed by a line with loop_sink / gemm_floor. Each of these lines
 also has `cpu_us_per_step`, the fastest block's process CPU time per step (on a shared machine, time other processes take
 from the run does not count; BLAS threads' spinning does). --amp O0,O2 measures each mode at each mixed-
 precision level (O2: float16 network, float32 master weights and loss, dynamic loss scale; modes
@@ -45,7 +44,7 @@ import _common  # noqa: E402
 import _w6_floor  # noqa: E402
 import mstrain as ms  # noqa: E402
 from mstrain import nn  # noqa: E402
-from mstrain.graph.native import SMALL_GEMM_WORK, SPLIT_GEMM_WORK, blas_threads_for, numpy_blas_threads  # noqa: E402
+from mstrain.graph.native import SMALL_GEMM_WORK, blas_threads_for, numpy_blas_threads  # noqa: E402
 from mstrain.train.sink import GraphSinkRunner  # noqa: E402
 
 IN_FEATURES, HIDDEN, CLASSES, BATCH, POOL = 784, 128, 10, 32, 100
@@ -207,8 +206,7 @@ def floor_lines(x, y, init, args):
     finally:
         set_threads(default_threads)
     policy = dict(blas_threads=threads, thread_policy=f"compiled-step policy: products under "
-                  f"{int(SMALL_GEMM_WORK)} multiply-adds on 1 BLAS thread, larger on all {default_threads}; "
-                  f"float32 ones of at least {int(2 * SPLIT_GEMM_WORK)} cut into one-thread blocks per core")
+                  f"{int(SMALL_GEMM_WORK)} multiply-adds on 1 BLAS thread, larger on all {default_threads}")
     numpy_line = _common.record("W6", "tiny-mlp-sink", "numpy_step", "us_per_train_step",
                                 np.median(times[args.warmup:]) * 1e6, "loss_step_100", losses[QUALITY_STEP - 1],
                                 steps=args.steps, seed=args.seed, cpu_us_per_step=round(cpu * 1e6, 3), **policy)
