@@ -7,8 +7,7 @@ the same cblas_?gemm call numpy's matmul makes, so the numbers are numpy's); any
 runs `steps` steps in C: copy the step's inputs into the graph's input buffers, run every
 instruction, read the loss. A plan of only native kernels never enters Python during the loop.
 Inside a program each product gets its BLAS thread count from `blas_threads_for` (small products
-run on one thread); the count numpy had is restored when the program returns. Mid-sized float32
-products of those are cut over the cores by the runtime's own helper threads (gemm_split.py).
+run on one thread); the count numpy had is restored when the program returns.
 """
 import ctypes
 import glob
@@ -18,8 +17,6 @@ import warnings
 import numpy as np
 
 from . import build as _build
-from . import gemm_split as _gemm_split
-from .gemm_split import SPLIT_GEMM_WORK
 
 _RUNTIME = r"""#include <cstdint>
 #include <cstring>
@@ -33,14 +30,12 @@ typedef int (*get_threads_t)(void);
 static set_threads_t g_set_threads = nullptr;
 static get_threads_t g_get_threads = nullptr;
 static double g_small_gemm_work = 0.0;
-static double g_split_gemm_work = 0.0;
 static int g_entry_threads = 0;  /* the count a program found when it started (0: not inside one) */
 
-extern "C" void ms_set_blas_threads(void* setter, void* getter, double small_gemm_work, double split_gemm_work) {
+extern "C" void ms_set_blas_threads(void* setter, void* getter, double small_gemm_work) {
   g_set_threads = reinterpret_cast<set_threads_t>(setter);
   g_get_threads = reinterpret_cast<get_threads_t>(getter);
   g_small_gemm_work = small_gemm_work;
-  g_split_gemm_work = split_gemm_work;
 }
 
 /* one thread for a product below the work threshold, else the count the program started with */
@@ -176,47 +171,31 @@ extern "C" void ms_set_blas(void* sgemm, void* dgemm, int64_t ilp64) {
   g_sgemm = sgemm; g_dgemm = dgemm; g_ilp64 = ilp64;
 }
 
-/* one cblas_?gemm call: C (m x n) = op(A) @ op(B), row-major */
-static void blas_gemm(int64_t is_double, int ta, int tb, int64_t m, int64_t n, int64_t k, const void* a,
-                      int64_t lda, const void* b, int64_t ldb, void* c, int64_t ldc) {
-  if (is_double) {
-    const double* A = static_cast<const double*>(a); const double* B = static_cast<const double*>(b);
-    double* C = static_cast<double*>(c);
-    if (g_ilp64) reinterpret_cast<dgemm64_t>(g_dgemm)(101, ta, tb, m, n, k, 1.0, A, lda, B, ldb, 0.0, C, ldc);
-    else reinterpret_cast<dgemm32_t>(g_dgemm)(101, ta, tb, m, n, k, 1.0, A, lda, B, ldb, 0.0, C, ldc);
-  } else {
-    const float* A = static_cast<const float*>(a); const float* B = static_cast<const float*>(b);
-    float* C = static_cast<float*>(c);
-    if (g_ilp64) reinterpret_cast<sgemm64_t>(g_sgemm)(101, ta, tb, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
-    else reinterpret_cast<sgemm32_t>(g_sgemm)(101, ta, tb, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
-  }
-}
-
-""" + _gemm_split.SOURCE + r"""
-/* the threads a product runs on in the split range (see gemm_split.py): the program's BLAS count,
-   at most the machine's cores */
-static int split_threads(double work) {
-  if (!g_entry_threads || work >= g_small_gemm_work) return 1;
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return cores > 0 && cores < g_entry_threads ? cores : g_entry_threads;
-}
-
 /* p = {A, B, C}; n = {is_double, transA, transB, M, N, K, lda, ldb, ldc,
                        batch0, batch1, sA0, sA1, sB0, sB1, sC0, sC1}  (batch strides in elements) */
 extern "C" void ms_gemm(void** p, const int64_t* n) {
   const int ta = n[1] ? 112 : 111, tb = n[2] ? 112 : 111;
-  const double work = static_cast<double>(n[3]) * n[4] * n[5] * n[9] * n[10];
-  blas_threads_for(work);
-  const int64_t size = n[0] ? 8 : 4;
-  const char* a = static_cast<const char*>(p[0]);
-  const char* b = static_cast<const char*>(p[1]);
-  char* c = static_cast<char*>(p[2]);
-  if (n[9] * n[10] == 1 &&
-      split_gemm(split_threads(work), work, n[0], ta, tb, n[3], n[4], n[5], a, n[6], b, n[7], c, n[8])) return;
+  blas_threads_for(static_cast<double>(n[3]) * n[4] * n[5] * n[9] * n[10]);
   for (int64_t b0 = 0; b0 < n[9]; ++b0) {
     for (int64_t b1 = 0; b1 < n[10]; ++b1) {
       const int64_t oa = b0 * n[11] + b1 * n[12], ob = b0 * n[13] + b1 * n[14], oc = b0 * n[15] + b1 * n[16];
-      blas_gemm(n[0], ta, tb, n[3], n[4], n[5], a + oa * size, n[6], b + ob * size, n[7], c + oc * size, n[8]);
+      if (n[0]) {
+        const double* a = static_cast<const double*>(p[0]) + oa;
+        const double* b = static_cast<const double*>(p[1]) + ob;
+        double* c = static_cast<double*>(p[2]) + oc;
+        if (g_ilp64) reinterpret_cast<dgemm64_t>(g_dgemm)(101, ta, tb, n[3], n[4], n[5], 1.0, a, n[6],
+                                                      b, n[7], 0.0, c, n[8]);
+        else reinterpret_cast<dgemm32_t>(g_dgemm)(101, ta, tb, n[3], n[4], n[5], 1.0, a, n[6],
+                                              b, n[7], 0.0, c, n[8]);
+      } else {
+        const float* a = static_cast<const float*>(p[0]) + oa;
+        const float* b = static_cast<const float*>(p[1]) + ob;
+        float* c = static_cast<float*>(p[2]) + oc;
+        if (g_ilp64) reinterpret_cast<sgemm64_t>(g_sgemm)(101, ta, tb, n[3], n[4], n[5], 1.0f, a, n[6],
+                                                      b, n[7], 0.0f, c, n[8]);
+        else reinterpret_cast<sgemm32_t>(g_sgemm)(101, ta, tb, n[3], n[4], n[5], 1.0f, a, n[6],
+                                              b, n[7], 0.0f, c, n[8]);
+      }
     }
   }
 }
@@ -318,20 +297,10 @@ def runtime():
         threads = numpy_blas_thread_addresses()
         if threads is not None:
             library.ms_set_blas_threads(ctypes.c_void_p(threads[0]), ctypes.c_void_p(threads[1]),
-                                        ctypes.c_double(SMALL_GEMM_WORK), ctypes.c_double(SPLIT_GEMM_WORK))
+                                        ctypes.c_double(SMALL_GEMM_WORK))
         _Runtime.sum_rows = ctypes.cast(library.ms_sum_rows, ctypes.c_void_p).value
         _Runtime.library = library
     return _Runtime.library
-
-
-def split_gemm_count():
-    """How many products compiled steps of this process have cut over several threads
-    (see gemm_split.py); 0 without the runtime."""
-    library = runtime()
-    if library is None:
-        return 0
-    library.ms_split_gemm_count.restype = ctypes.c_int64
-    return int(library.ms_split_gemm_count())
 
 
 def copy_steps(source, target):
