@@ -26,6 +26,7 @@ PASSES = [
 
 
 def _kernel_passes():
+    from .epilogue import fuse_gemm_epilogues
     from .fusion import expand_composites, fuse_kernels
     from .half import fold_operand_casts, recompute_widened_halves
     return [
@@ -39,6 +40,7 @@ def _kernel_passes():
         ("dce", dead_code_elimination),             # the float16 casts and values nothing reads any more
         ("fuse", fuse_kernels),                     # elementwise / row-reduction groups -> one C++ kernel each
         ("dce", dead_code_elimination),
+        ("epilogue", fuse_gemm_epilogues),          # a product and the elementwise kernel reading it: one node
     ]
 
 

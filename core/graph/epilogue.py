@@ -1,0 +1,158 @@
+"""GEMM epilogues: a matrix product and the elementwise kernel that reads it, as one node.
+
+After fusion a dense layer is a `matmul` followed by a fused elementwise kernel reading its result
+(the bias add and activation, `fused(add,relu)`; in the backward pass `fused(relu_grad)` after the
+activation gradient's product). `fuse_gemm_epilogues` merges such a pair into one `fused` node
+whose value is a `GemmEpilogue`: the product writes straight into the node's output buffer and the
+elementwise kernel then runs in place over it while it is still in cache, so the product's own
+buffer (and one pass over memory through it) is gone. In IR dumps the node reads
+`fused(matmul, add, relu)`, with the product's line above the kernel's members.
+
+A pair merges when the product is a float32 or float64 `matmul` (float16 products have their own
+conversions, mstrain.graph.half) whose only reader is that kernel, the kernel is elementwise over
+exactly the product's shape, writes no state, and has an output of that shape and dtype (where the
+product is written; a bias add kept for the activation's gradient is one). The numbers are the unmerged
+graph's: the same BLAS call, then the same generated kernel on the same values.
+"""
+import ctypes
+
+import numpy as np
+
+from . import lowering
+from .group import FusedGroup
+from .ir import Graph, Node
+
+_PRODUCTS = ("matmul",)
+
+
+class GemmEpilogue:
+    """The value of a merged node: `product` (a matmul call) written into the output of `group`."""
+
+    def __init__(self, name, product, group, product_slot):
+        """`product_slot`: the position of the product among the group's inputs."""
+        self.name = name
+        self.product = product
+        self.group = group
+        self.product_slot = product_slot
+        self.members = [product] + list(group.members)
+        self.assigned = []
+        self.outputs = list(group.outputs)
+        self.shape = group.shape
+        self.mode = "gemm_epilogue"
+        self.inplace_ok = False  # the product writes the output before the kernel reads its other inputs
+
+    def describe(self, indent):
+        lines = [f"{indent}product into the output: {self.product.type_str()} = {self.product.prim.name}"
+                 f"(in0, in1), then in place:"]
+        return lines + self.group.describe(indent)
+
+    def build(self, ins, outs):
+        """A callable running the product into the kernel's first output of its shape and dtype
+        (`outs`: the kernel's outputs), then the kernel over it in place."""
+        n_product = len(self.product.inputs)
+        product_ins, rest = list(ins[:n_product]), list(ins[n_product:])
+        out = outs[_output_slot(self.group, self.product.dtype)]
+        if not isinstance(out, np.ndarray):
+            raise ValueError(f"{self.name}: the product's output buffer is not an array")
+        product = lowering.out_kernel(self.product, product_ins, out)
+        if product is None:
+            product = lowering.impl_kernel(self.product, product_ins, [out])
+        from .executor import _attach_gemm
+        _attach_gemm(product, self.product, product_ins, out)
+        group_ins = rest[:self.product_slot] + [out] + rest[self.product_slot:]
+        kernel = self.group.build(group_ins, list(outs))
+
+        def run():
+            product()
+            kernel()
+        run.keep = (product, kernel)
+        steps = _native_steps(product, kernel)
+        if steps is not None:
+            run.native = ("steps", steps)
+        return run
+
+
+def _native_steps(product, kernel):
+    """The C calls of the product then the kernel, or None when one of them has none."""
+    from . import native
+    product_native, kernel_native = getattr(product, "native", None), getattr(kernel, "native", None)
+    library = native.runtime()
+    if library is None or product_native is None or kernel_native is None or kernel_native[0] != "kernel":
+        return None
+    if product_native[0] == "gemm":
+        if native._Runtime.gemm is None:
+            return None
+        _, arrays, params = product_native
+        pointers = (ctypes.c_void_p * 3)(*[x.ctypes.data for x in arrays])
+        values = (ctypes.c_int64 * len(params))(*params)
+        steps = [(library.ms_gemm, pointers, values)]
+    elif product_native[0] == "steps":
+        steps = list(product_native[1])
+    else:
+        return None
+    return steps + [tuple(kernel_native[1:])]
+
+
+def _output_slot(group, dtype):
+    """The first output of `group` a product of its whole shape in `dtype` can be written into."""
+    for slot, value in enumerate(group.outputs):
+        if tuple(value.shape) == group.shape and value.dtype == dtype:
+            return slot
+    return None
+
+
+def _epilogue_product(node, users, outputs):
+    """(slot, product) of the product `node` (a fused elementwise kernel) may take in, or None."""
+    group = node.value
+    if not isinstance(group, FusedGroup) or group.mode != "elementwise" or group.assigned:
+        return None
+    if len(node.inputs) != len(group.pointer_inputs):
+        return None
+    for slot, candidate in enumerate(node.inputs):
+        if candidate.op != "call" or candidate.prim.name not in _PRODUCTS or candidate.shape is None:
+            continue
+        if tuple(candidate.shape) != group.shape or candidate.dtype not in (np.float32, np.float64):
+            continue
+        if _output_slot(group, candidate.dtype) is None:
+            continue
+        if id(candidate) in outputs or {id(u) for u in users[id(candidate)]} != {id(node)}:
+            continue
+        if sum(i is candidate for i in node.inputs) != 1:
+            continue
+        return slot, candidate
+    return None
+
+
+def fuse_gemm_epilogues(graph):
+    """Merge each product with the elementwise kernel that alone reads it (see the module docstring)."""
+    users, outputs = graph.users(), {id(o) for o in graph.outputs}
+    merged = {}
+    for node in graph.nodes:
+        if node.op == "fused":
+            product = _epilogue_product(node, users, outputs)
+            if product is not None:
+                merged[id(node)] = product
+    if not merged:
+        return graph
+    dropped = {id(p) for _, p in merged.values()}
+    mapping, nodes = {}, []
+    for node in graph.nodes:
+        if id(node) in dropped:
+            continue
+        if id(node) in merged:
+            slot, product = merged[id(node)]
+            value = GemmEpilogue(f"{node.value.name}_gemm", product, node.value, slot)
+            inputs = list(product.inputs) + [i for k, i in enumerate(node.inputs) if k != slot]
+            copy = Node("fused", [mapping.get(id(i), i) for i in inputs], value=value,
+                        shape=node.shape, dtype=node.dtype)
+        else:
+            inputs = [mapping.get(id(i), i) for i in node.inputs]
+            copy = node if all(a is b for a, b in zip(inputs, node.inputs)) else node.with_inputs(inputs)
+        mapping[id(node)] = copy
+        nodes.append(copy)
+    final = lambda n: mapping.get(id(n), n)  # noqa: E731
+    return Graph(graph.name, nodes, [final(i) for i in graph.inputs], [final(o) for o in graph.outputs],
+                 [n for n in nodes if n.is_effect])
+
+
+__all__ = ["GemmEpilogue", "fuse_gemm_epilogues"]
