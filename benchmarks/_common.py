@@ -64,7 +64,8 @@ def run_peer(script, args=()):
         raise RuntimeError("no peer interpreter: set MSTRAIN_PEER_PYTHON or create /work/.venv-torch")
     path = Path(script) if Path(script).is_absolute() else PEERS / script
     if not path.exists():
-        raise RuntimeError(f"peer script {path} not found")
+        raise RuntimeError(f"peer script {path} not found (the peers are looked for in ../shared/peers beside "
+                           f"the checkout; set MSTRAIN_PEERS_DIR to their directory)")
     from mstrain import _threads  # the peer gets the environment without mstrain's thread defaults
     env = {k: v for k, v in os.environ.items() if _threads.set_by_core.get(k) != v}
     result = subprocess.run([python, str(path), *args], cwd=path.parent, capture_output=True, text=True, env=env)
