@@ -1,6 +1,4 @@
 """Elementwise arithmetic, comparisons and matrix products."""
-import ctypes
-
 import numpy as np
 
 from ._axes import normalize_axis, resolve_broadcast_shape
@@ -376,7 +374,7 @@ def numpy_matmul(x, y):
     if x.dtype.kind not in "fc" or y.dtype.kind not in "fc" or x.ndim == 0 or y.ndim == 0:
         return np.matmul(x, y)
     set_threads, get_threads, small_work = _blas_thread_policy()
-    if set_threads is None or _product_work(x, y) >= small_work:
+    if _product_work(x, y) >= small_work:
         return np.matmul(x, y)
     threads = get_threads()
     if threads == 1:
@@ -403,20 +401,16 @@ _BLAS_POLICY = []
 
 
 def _blas_thread_policy():
-    """(set_num_threads, get_num_threads, work threshold) of numpy's OpenBLAS, or (None, None, 0).
+    """(set_num_threads, get_num_threads, work threshold) of numpy's BLAS, from mstrain.graph.native
+    (bound on first use: graph imports ops). Without OpenBLAS the getter answers 1 and nothing is set.
 
     The compiled step's rule for eager products (mstrain.graph.native.blas_threads_for): OpenBLAS
     splits products from a quarter million multiply-adds on and its workers then spin for ~0.1 s,
     taking the cores from the OpenMP threads of the convolution and norm kernels that follow; below
     SMALL_GEMM_WORK a second BLAS thread gains less than that costs."""
     if not _BLAS_POLICY:
-        from ..graph.native import SMALL_GEMM_WORK, numpy_blas_thread_addresses
-        addresses = numpy_blas_thread_addresses()
-        if addresses is None:
-            _BLAS_POLICY.append((None, None, 0.0))
-        else:
-            _BLAS_POLICY.append((ctypes.CFUNCTYPE(None, ctypes.c_int)(addresses[0]),
-                                 ctypes.CFUNCTYPE(ctypes.c_int)(addresses[1]), SMALL_GEMM_WORK))
+        from ..graph.native import SMALL_GEMM_WORK, numpy_blas_threads
+        _BLAS_POLICY.append((*numpy_blas_threads(), SMALL_GEMM_WORK))
     return _BLAS_POLICY[0]
 
 
