@@ -14,8 +14,6 @@ exactly the product's shape, writes no state, and has an output of that shape an
 product is written; a bias add kept for the activation's gradient is one). The numbers are the unmerged
 graph's: the same BLAS call, then the same generated kernel on the same values.
 """
-import ctypes
-
 import numpy as np
 
 from . import lowering
@@ -75,22 +73,20 @@ class GemmEpilogue:
 def _native_steps(product, kernel):
     """The C calls of the product then the kernel, or None when one of them has none."""
     from . import native
-    product_native, kernel_native = getattr(product, "native", None), getattr(kernel, "native", None)
-    library = native.runtime()
-    if library is None or product_native is None or kernel_native is None or kernel_native[0] != "kernel":
+    if native.runtime() is None:
         return None
-    if product_native[0] == "gemm":
-        if native._Runtime.gemm is None:
-            return None
-        _, arrays, params = product_native
-        pointers = (ctypes.c_void_p * 3)(*[x.ctypes.data for x in arrays])
-        values = (ctypes.c_int64 * len(params))(*params)
-        steps = [(library.ms_gemm, pointers, values)]
-    elif product_native[0] == "steps":
+    product_native = getattr(product, "native", None)
+    if product_native is not None and product_native[0] == "steps":
         steps = list(product_native[1])
     else:
+        call = native.c_call(product_native)
+        if call is None:
+            return None
+        steps = [call]
+    kernel_native = getattr(kernel, "native", None)
+    if kernel_native is None or kernel_native[0] != "kernel":
         return None
-    return steps + [tuple(kernel_native[1:])]
+    return steps + [native.c_call(kernel_native)]
 
 
 def _output_slot(group, dtype):

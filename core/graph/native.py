@@ -274,6 +274,21 @@ def numpy_blas_threads():
     return setter, getter
 
 
+def c_call(native):
+    """(function, pointers, values) of the one C call a kernel's `native` describes (a product on
+    numpy's BLAS, a row sum, a generated kernel), or None: no native form, several calls ("steps"),
+    or an entry the runtime lacks. The arrays stay alive through the kernel that holds `native`."""
+    kind = native[0] if native is not None else None
+    if kind == "kernel":
+        return tuple(native[1:])
+    entry = {"gemm": _Runtime.gemm, "sum_rows": _Runtime.sum_rows}.get(kind)
+    if entry is None:
+        return None
+    _, arrays, params = native
+    pointers = (ctypes.c_void_p * len(arrays))(*[x.ctypes.data for x in arrays])
+    return entry, pointers, (ctypes.c_int64 * len(params))(*params)
+
+
 def runtime():
     """The runtime library (built and loaded once), or None without a working C++ compiler."""
     if _Runtime.library is None and _build.compiler_available() and not _Runtime.failed:
@@ -423,23 +438,9 @@ class NativeProgram:
         self._address = ctypes.addressof(self.instrs)
 
     def _instr(self, kernel):
-        native = getattr(kernel, "native", None)
-        if native is not None and native[0] == "gemm" and _Runtime.gemm is not None:
-            _, arrays, params = native
-            pointers = (ctypes.c_void_p * 3)(*[x.ctypes.data for x in arrays])
-            values = (ctypes.c_int64 * len(params))(*params)
-            self._keep.append((arrays, pointers, values))
-            return _Instr(_Runtime.gemm, ctypes.addressof(pointers), ctypes.addressof(values))
-        if native is not None and native[0] == "sum_rows" and _Runtime.sum_rows is not None:
-            _, arrays, params = native
-            pointers = (ctypes.c_void_p * 2)(*[x.ctypes.data for x in arrays])
-            values = (ctypes.c_int64 * len(params))(*params)
-            self._keep.append((arrays, pointers, values))
-            return _Instr(_Runtime.sum_rows, ctypes.addressof(pointers), ctypes.addressof(values))
-        if native is not None and native[0] == "kernel":
-            _, function, pointers, values = native
-            return _Instr(ctypes.cast(function, ctypes.c_void_p).value, ctypes.addressof(pointers),
-                          ctypes.addressof(values))
+        call = c_call(getattr(kernel, "native", None))
+        if call is not None:
+            return self._c_call(*call)
         callback = KERNEL(lambda p, n: kernel())
         self._keep.append(callback)
         self.python_calls += 1
