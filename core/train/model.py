@@ -20,7 +20,7 @@ from ..sinking import steps_per_epoch
 from .callback import CallbackList, History, LossMonitor, ProgressBar, RunContext, RunContextArgs
 from .dataset_helper import BatchStream, DataSinkQueue, iterate_once
 from .metrics import Loss, get_metrics
-from .runner import _as_tensors, select_runner
+from .runner import _as_tensors, select_runner, traced_constants
 from .serialization import TRAIN_STATE_KEY, load_checkpoint, load_param_into_net, save_checkpoint
 from . import train_state
 from ._loop import TrainLoop, Validation
@@ -63,6 +63,7 @@ class Model:
         self._train_network = self._build_train_network(loss_scale_manager, boost_level)
         self._eval_network, self._eval_indexes = self._build_eval_network(eval_network, eval_indexes)
         self._last_args = None  # RunContextArgs of the latest train/fit call
+        self._sink_runner = None  # (traced constants, runner) of the latest sink-mode train call
 
     # ---- construction -----------------------------------------------------------------------
     def _build_train_network(self, loss_scale_manager, boost_level):
@@ -93,8 +94,15 @@ class Model:
         return None, [0, 1, 2]  # prediction and label only: `_eval_outputs` fills in loss None
 
     def _make_runner(self, dataset_sink_mode):
-        """The execution strategy: the single place it is chosen (see mstrain.train.runner)."""
-        return select_runner(self._train_network, dataset_sink_mode)
+        """The execution strategy: the single place it is chosen (see mstrain.train.runner). The
+        compiled (sink) runner is kept between calls while the traced constants are unchanged,
+        so a second `train` call reuses the compiled step instead of tracing it again."""
+        if not dataset_sink_mode:
+            return select_runner(self._train_network, False)
+        key = traced_constants(self._train_network)
+        if self._sink_runner is None or self._sink_runner[0] != key:
+            self._sink_runner = (key, select_runner(self._train_network, True))
+        return self._sink_runner[1]
 
     @property
     def train_network(self):
