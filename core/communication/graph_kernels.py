@@ -147,8 +147,7 @@ def native_library():
     if _Native.library is None and not _Native.failed:
         _Native.failed = True
         from ..graph import build
-        from ..graph.executor import _native_enabled
-        if not _native_enabled():
+        if not build.native_enabled():
             return None
         try:
             from mpi4py import MPI  # noqa: F401  (loads the MPI library)

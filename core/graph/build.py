@@ -39,6 +39,14 @@ def compiler_available():
     return compiler() is not None
 
 
+def native_enabled():
+    """Generated C (the step runner, fused and copy kernels) is used when a compiler exists, unless
+    MSTRAIN_DISABLE_NATIVE=1."""
+    if os.environ.get("MSTRAIN_DISABLE_NATIVE", "").strip().lower() not in ("", "0", "false", "no"):
+        return False
+    return compiler_available()
+
+
 def cache_dir():
     root = os.environ.get("MSTRAIN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "mstrain")
     path = os.path.join(root, "kernels")

@@ -3,18 +3,21 @@
 A reshape of a transposed or sliced layout, a concat, the pieces of a split and getitem's adjoint
 (zeros with the gradient at a basic index) only move elements. Each becomes one plan kernel whose
 C calls are generated elementwise copies (`FusedGroup` with one member) that read and write
-through the arrays' strides, so the C step runner never calls back into Python for them. A layout
-these cannot express (an index array, a dtype the generator lacks, no compiler) returns None and
-the op runs its numpy kernel as before.
+through the arrays' strides, so the C step runner never calls back into Python for them. These are
+the ops' lowering rules (`Primitive.lowering`, as every other op's); a layout they cannot express
+(an index array, a dtype the generator lacks, no compiler) gets None, and the op runs its numpy
+kernel (concat: numpy's concatenate into the buffer).
 """
+from functools import partial
+
 import numpy as np
 
 from ..ops import primitive
+from ..ops.primitive import register_rule
+from .build import native_enabled
 from .codegen import SUPPORTED
 from .group import FusedGroup
 from .ir import Node
-
-__all__ = ["layout_kernel"]
 
 
 def _stand_in(array):
@@ -49,6 +52,19 @@ def _arrays(*arrays):
     return all(isinstance(a, np.ndarray) and a.dtype in SUPPORTED and a.size for a in arrays)
 
 
+def _generated(build):
+    """`build(node, ins, outs)` as a lowering rule: only with the code generator and arrays it
+    supports; a one-output op's buffer comes as an array, a several-output op's as a list."""
+    def rule(node, ins, out):
+        outs = [out] if node.shape is not None else out
+        if not native_enabled() or not _arrays(*ins) or not _arrays(*[o for o in outs if o is not None]):
+            return None
+        return build(node, ins, outs)
+    return rule
+
+
+@register_rule("lowering", "reshape_to")
+@_generated
 def _reshape(node, ins, outs):
     x, out = ins[0], outs[0]
     if not out.flags.c_contiguous or x.ndim == 0 or x.dtype != out.dtype:
@@ -56,7 +72,8 @@ def _reshape(node, ins, outs):
     return _steps([(x, out.reshape(x.shape))])
 
 
-def _concat(node, ins, outs):
+@_generated
+def _generated_concat(node, ins, outs):
     out, axis = outs[0], node.attrs["axis"] % outs[0].ndim
     pairs, start = [], 0
     for x in ins:
@@ -69,6 +86,8 @@ def _concat(node, ins, outs):
     return _steps(pairs) if pairs else None
 
 
+@register_rule("lowering", "split")
+@_generated
 def _split(node, ins, outs):
     x, axis = ins[0], node.attrs["axis"] % ins[0].ndim
     pairs, start = [], 0
@@ -87,6 +106,8 @@ def _basic(index):
     return all(p is None or p is Ellipsis or isinstance(p, (slice, int, np.integer)) for p in parts)
 
 
+@register_rule("lowering", "index_add_zeros")
+@_generated
 def _scatter_into_zeros(node, ins, outs):
     g, out, index = ins[0], outs[0], node.attrs["index"]
     if not _basic(index) or g.dtype != out.dtype:
@@ -97,15 +118,9 @@ def _scatter_into_zeros(node, ins, outs):
     return _steps([(np.broadcast_to(np.zeros((), out.dtype), out.shape), out, False), (g, region, True)])
 
 
-_LAYOUT = {"reshape_to": _reshape, "concat": _concat, "split": _split, "index_add_zeros": _scatter_into_zeros}
-
-
-def layout_kernel(node, ins, outs):
-    """The generated copies computing a layout op into its planned buffers `outs` (None where an
-    output is unused), or None when this op or layout has none."""
-    build = _LAYOUT.get(node.prim.name) if node.op == "call" else None
-    if build is None or not _arrays(*ins) or not _arrays(*[o for o in outs if o is not None]):
-        return None
-    if node.shape is not None and outs[0] is None:
-        return None
-    return build(node, ins, outs)
+@register_rule("lowering", "concat")
+def _concat(node, ins, out):
+    kernel = _generated_concat(node, ins, out)
+    if kernel is not None or not all(isinstance(x, np.ndarray) for x in ins):
+        return kernel
+    return partial(np.concatenate, ins, node.attrs.get("axis", 0), out)

@@ -9,26 +9,17 @@ loop over closures: no graph walk, no dispatch, no allocation for the planned va
 Parameters and optimizer state are read by reference; if a Parameter's array is replaced
 (`set_data`, loading a checkpoint) the executable re-binds before its next run.
 """
-import os
 
 import time
 
 import numpy as np
 
 from ..ops.primitive import dispatch
-from . import lowering
-from .copies import layout_kernel
+from . import copies, lowering  # noqa: F401  (copies: the layout ops' lowering rules)
+from .build import native_enabled as _native_enabled
 from .memory import Step, plan_memory
 
 _INPLACE_UNSAFE = {"where", "cast"}  # their out= kernels read an input after writing the output
-
-
-def _native_enabled():
-    """The C step runner is used when a compiler exists, unless MSTRAIN_DISABLE_NATIVE=1."""
-    if os.environ.get("MSTRAIN_DISABLE_NATIVE", "").strip().lower() not in ("", "0", "false", "no"):
-        return False
-    from .build import compiler_available
-    return compiler_available()
 
 
 def _attach_gemm(kernel, node, ins, out):
@@ -217,10 +208,6 @@ class Executable:
             kernel = host(node, ins, outs)
             if kernel is not None:
                 return kernel
-        if _native_enabled():  # a reshape, concat, split or getitem's adjoint: generated copies
-            kernel = layout_kernel(node, ins, outs if node.shape is not None else self._outputs_by_index(node, arrays))
-            if kernel is not None:
-                return kernel
         if node.shape is not None and outs[0] is not None:  # (an op writing state in place writes it too)
             kernel = _half_gemm(node, ins, outs[0])
             if kernel is not None:
@@ -229,7 +216,7 @@ class Executable:
             if kernel is not None:
                 _attach_gemm(kernel, node, ins, outs[0])
                 return kernel
-        elif node.shape is None and node.prim.num_outputs > 1 and node.prim.lowering is not None:
+        elif node.shape is None and node.prim.num_outputs != 1 and node.prim.lowering is not None:
             kernel = lowering.out_kernel(node, ins, self._outputs_by_index(node, arrays))
             if kernel is not None:
                 return kernel

@@ -158,13 +158,6 @@ def _gather_backward(node, ins, out):
     return partial(scatter_add_rows, out, indices, g)
 
 
-@register_rule("lowering", "concat")
-def _concat(node, ins, out):
-    if not all(isinstance(x, np.ndarray) for x in ins):
-        return None
-    return partial(np.concatenate, ins, node.attrs.get("axis", 0), out)
-
-
 _UFUNC_OUT = (  # ufuncs that take `out` positionally
     ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("pow", np.power),
     ("neg", np.negative), ("exp", np.exp), ("log", np.log), ("sqrt", np.sqrt), ("abs", np.absolute),
