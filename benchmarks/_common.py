@@ -2,8 +2,9 @@
 
 A script measures, then `emit(record(...))` prints one JSON line per mode in the shape of
 BENCHMARKS.md. With `--peer`, `run_peer(script, args)` runs ../shared/peers/<script> in the peer
-interpreter (MSTRAIN_PEER_PYTHON, a venv beside the peers, or /work/.venv-torch) and returns its
-JSON lines; `ratio(ours, peer)` is the side-by-side line.
+interpreter (MSTRAIN_PEER_PYTHON, or a venv beside the peers) and returns its JSON lines;
+`ratio(ours, peer)` is the side-by-side line. A script run with `--peer` checks the peer set-up
+when it imports this module, so a missing interpreter or peer directory fails before our own run.
 """
 import json
 import os
@@ -49,7 +50,6 @@ def peer_python():
     """The interpreter the peers run in, or None when none is installed."""
     candidates = [os.environ.get("MSTRAIN_PEER_PYTHON")]
     candidates += sorted(str(p) for p in PEERS.glob(".venv*/bin/python"))
-    candidates.append("/work/.venv-torch/bin/python")
     for path in candidates:
         if path and Path(path).exists():
             return path
@@ -61,11 +61,10 @@ def run_peer(script, args=()):
     and return the JSON lines it prints (dicts)."""
     python = peer_python()
     if python is None:
-        raise RuntimeError("no peer interpreter: set MSTRAIN_PEER_PYTHON or create /work/.venv-torch")
+        raise RuntimeError(_NO_INTERPRETER)
     path = Path(script) if Path(script).is_absolute() else PEERS / script
     if not path.exists():
-        raise RuntimeError(f"peer script {path} not found (the peers are looked for in ../shared/peers beside "
-                           f"the checkout; set MSTRAIN_PEERS_DIR to their directory)")
+        raise RuntimeError(f"peer script {path} not found ({_WHERE_PEERS})")
     from mstrain import _threads  # the peer gets the environment without mstrain's thread defaults
     env = {k: v for k, v in os.environ.items() if _threads.set_by_core.get(k) != v}
     result = subprocess.run([python, str(path), *args], cwd=path.parent, capture_output=True, text=True, env=env)
@@ -75,6 +74,19 @@ def run_peer(script, args=()):
     for line in lines:
         print(json.dumps(line), flush=True)
     return lines
+
+
+_NO_INTERPRETER = ("no peer interpreter: set MSTRAIN_PEER_PYTHON to a Python with the peers' packages "
+                   "(../shared/peers/README.md), or create a .venv in the peers' directory")
+_WHERE_PEERS = "the peers are looked for in ../shared/peers beside the checkout; set MSTRAIN_PEERS_DIR to their directory"
+
+
+def check_peer_setup():
+    """Exit 2 with the reason when `--peer` cannot run: no interpreter, or no peer directory."""
+    if peer_python() is None:
+        fail(_NO_INTERPRETER)
+    if not PEERS.is_dir():
+        fail(f"no peer directory {PEERS} ({_WHERE_PEERS})")
 
 
 def ratio(ours, peer, **extra):
@@ -89,3 +101,7 @@ def ratio(ours, peer, **extra):
 def fail(message):
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+if "--peer" in sys.argv[1:]:
+    check_peer_setup()

@@ -12,7 +12,7 @@ stopping epoch, mean (and std) over the seeds.
 One JSON line per implementation (and per mixed-precision level of --amp, e.g. `--amp O0,O2`:
 O2 computes the network in float16 with float32 master weights and a dynamic loss scale, followed
 by an `O2 / O0` line with the speed ratio and the accuracy difference); with --peer the PyG and plain-PyTorch peers run right after in
-the peer Python (see benchmarks/_common.py: MSTRAIN_PEER_PYTHON, else /work/.venv-torch) and a
+the peer Python (see benchmarks/_common.py: MSTRAIN_PEER_PYTHON, else a .venv in the peers' directory) and a
 ratio line follows each (speed_ratio = mstrain ms / peer ms: below 1 is faster).
 """
 import argparse
