@@ -34,8 +34,8 @@ from mstrain.log import get_logger
 from mstrain.mindrecord import RecordSet
 from mstrain.registry import register_job
 from mstrain.train.callback import Callback
+from mstrain.train import resume_position
 from mstrain.train.metrics import AUC
-from mstrain.train.serialization import TRAIN_STATE_KEY
 
 from .criteo import load_vocab, preprocess_criteo
 from .roc import log_loss, plot_roc, roc_curve
@@ -214,7 +214,7 @@ def train_widedeep(cfg):
     if resume_from is None:
         samples = vocab["train_rows"] * len(history)
     else:  # this run's steps only
-        samples = (history[-1]["step"] - resume_from[TRAIN_STATE_KEY]["step"]) * cfg.train.batch_size
+        samples = (history[-1]["step"] - resume_position(resume_from).step) * cfg.train.batch_size
     return _write_outputs(cfg, vocab, history, test["label"], evaluate.last_logits, net, (samples, seconds),
                           cache_monitor.report(), ranks)
 

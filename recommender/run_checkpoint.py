@@ -24,9 +24,7 @@ import mstrain as ms
 from mstrain.communication import barrier, get_rank
 from mstrain.errors import CheckpointError
 from mstrain.fileio import write_json_atomically
-from mstrain.train import train_state
-from mstrain.train.callback import Callback
-from mstrain.train.serialization import TRAIN_STATE_KEY
+from mstrain.train import Callback, resume_info
 
 from .sharded_checkpoint import load_sharded_table, save_sharded_table
 
@@ -74,7 +72,7 @@ class ShardedRunCheckpoint(Callback):
         for table_name, (table, optimizer) in self.tables.items():
             save_sharded_table(os.path.join(path, table_name), table, optimizer)
         if get_rank() == 0:
-            append = {TRAIN_STATE_KEY: train_state.capture(args), "history": list(self.history)}
+            append = {**resume_info(args), "history": list(self.history)}
             ms.save_checkpoint(_dense_state(self.step), os.path.join(path, _DENSE), append_dict=append)
             write_json_atomically(os.path.join(self.directory, _LATEST), {"step": args.cur_step_num, "directory": name})
             self._remove_older(name)

@@ -15,6 +15,7 @@ from .metrics import (AUC, F1, MAE, MSE, Accuracy, ConfusionMatrix, Loss, Metric
 from .model import Model
 from .runner import EagerRunner, StepRunner
 from .serialization import load_checkpoint, load_param_into_net, save_checkpoint
+from .train_state import resume_info, resume_position
 from .export import export
 
 __all__ = [
@@ -27,6 +28,6 @@ __all__ = [
     "get_metric", "get_metrics",
     "LossScaleManager", "FixedLossScaleManager", "DynamicLossScaleManager",
     "FixedLossScaleUpdateCell", "DynamicLossScaleUpdateCell",
-    "save_checkpoint", "load_checkpoint", "load_param_into_net", "export",
+    "save_checkpoint", "load_checkpoint", "load_param_into_net", "export", "resume_info", "resume_position",
     "StepRunner", "EagerRunner",
 ]

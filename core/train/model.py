@@ -214,9 +214,7 @@ class Model:
         args = self._last_args
         if args is None:
             raise ValueError("Model.save_checkpoint: train or fit first (there is no position to save)")
-        append = {"epoch_num": args.cur_epoch_num, "step_num": args.cur_step_num,
-                  TRAIN_STATE_KEY: train_state.capture(args)}
-        return save_checkpoint(self._train_network, ckpt_file_name, append_dict=append)
+        return save_checkpoint(self._train_network, ckpt_file_name, append_dict=train_state.resume_info(args))
 
     # ---- evaluation and prediction ----------------------------------------------------------
     def _check_metrics(self):

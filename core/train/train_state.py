@@ -8,12 +8,17 @@ interrupted run needs to continue bit-identically.
 
 Parameters (weights, optimizer moments, the optimizer's step counter) travel as tensors of the
 train network; this dict travels as the checkpoint's `'train_state'` meta entry.
+
+Public (mstrain.train): `resume_info(run_context)`, the entries a checkpoint written by a callback
+needs so that `Model.train(..., resume_from=path)` continues it, and `resume_position(checkpoint)`,
+where such a checkpoint continues.
 """
 import dataclasses
 
 from .. import random
+from .serialization import TRAIN_STATE_KEY
 
-__all__ = ["capture", "ResumePoint", "resume_point", "restore_runtime"]
+__all__ = ["capture", "ResumePoint", "resume_point", "restore_runtime", "resume_info", "resume_position"]
 
 
 def _loss_scale_cell(train_network):
@@ -33,6 +38,21 @@ def capture(args):
         "rng_state": random.get_rng_state(),
         "loss_scale_state": None if scale_cell is None else scale_cell.get_state(),
     }
+
+
+def resume_info(run_context):
+    """The `append_dict` entries (MindSpore's epoch_num and step_num, and the resume position) that
+    make a checkpoint saved at this point of a run resumable with `Model.train(resume_from=...)`.
+    `run_context`: a callback's RunContext (or its RunContextArgs), at a step or epoch end."""
+    args = run_context.original_args() if hasattr(run_context, "original_args") else run_context
+    return {"epoch_num": args.cur_epoch_num, "step_num": args.cur_step_num, TRAIN_STATE_KEY: capture(args)}
+
+
+def resume_position(checkpoint):
+    """The ResumePoint of a loaded resumable checkpoint (a `load_checkpoint` dict), or None when it
+    holds no run position."""
+    state = checkpoint.get(TRAIN_STATE_KEY)
+    return resume_point(state) if isinstance(state, dict) else None
 
 
 @dataclasses.dataclass(frozen=True)

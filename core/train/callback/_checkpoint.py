@@ -5,7 +5,7 @@ import time
 
 from .. import train_state
 from ...fileio import remove_stale_temp_files
-from ..serialization import TRAIN_STATE_KEY, save_checkpoint
+from ..serialization import save_checkpoint
 from ._callback import Callback
 
 __all__ = ["CheckpointConfig", "ModelCheckpoint"]
@@ -113,8 +113,7 @@ class ModelCheckpoint(Callback):
         name = f"{self.prefix}-{args.cur_epoch_num}_{args.cur_step_in_epoch}.ckpt"
         path = os.path.join(self.directory, name)
         network = self.config.saved_network or args.train_network
-        append = {"epoch_num": args.cur_epoch_num, "step_num": args.cur_step_num,
-                  TRAIN_STATE_KEY: train_state.capture(args), **self.config.append_dict}
+        append = {**train_state.resume_info(args), **self.config.append_dict}
         remove_stale_temp_files(self.directory, self._base_prefix)  # left by a killed earlier run
         save_checkpoint(network, path, append_dict=append)
         now = self._clock()

@@ -180,3 +180,18 @@ def test_checkpoint_by_seconds_and_one_per_n_minutes(tmp_path):
     # first of each 60 s window from 160 (160, 240, 280) and the newest (360)
     assert [f for f in _ckpt_files(tmp_path) if f.startswith("t_1")] == [
         "t_1-1_2.ckpt", "t_1-1_6.ckpt", "t_1-2_2.ckpt", "t_1-2_6.ckpt"]
+
+
+def test_a_callback_of_its_own_writes_a_resumable_checkpoint_with_resume_info(tmp_path):
+    """`ms.train.resume_info(run_context)`: what a kit's own saver appends so that resuming works."""
+    path = str(tmp_path / "own.ckpt")
+
+    def save(ctx):
+        if ctx.original_args().cur_step_num == 8:
+            ms.save_checkpoint(ctx.original_args().train_network, path, append_dict=ms.train.resume_info(ctx))
+    model, data = _setup()
+    model.train(EPOCHS, data, callbacks=[LambdaCallback(on_train_step_end=save), _stop_at(8)])
+    position = ms.train.resume_position(ms.load_checkpoint(path))
+    assert (position.step, position.epochs_done, position.step_in_epoch) == (8, 1, 2)
+    assert ms.train.resume_position({"weight": None}) is None
+    _assert_identical(_resume(path), _uninterrupted())
