@@ -82,6 +82,7 @@ class Trainer:
         else:
             self.loss_cell = _WithLoss(self.model, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
         self._optimizer = None
+        self._engine = None  # the Model of train(), built with the optimizer on the first call
 
     def _dataset(self, data, batch, shuffle):
         if data is None:
@@ -105,7 +106,9 @@ class Trainer:
         if self._optimizer is None:
             self._optimizer = self._optimizer_for(a.num_train_epochs * data.get_dataset_size())
         history = History()
-        model = Model(self.loss_cell, optimizer=self._optimizer)
+        if self._engine is None:  # one Model: a second train() reuses its compiled step
+            self._engine = Model(self.loss_cell, optimizer=self._optimizer)
+        model = self._engine
         if a.sink_size > 0:
             epochs = a.num_train_epochs * data.get_dataset_size() // a.sink_size
             model.train(epochs, data, callbacks=[history], dataset_sink_mode=True, sink_size=a.sink_size)
