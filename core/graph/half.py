@@ -101,16 +101,21 @@ def _scratch_like(array):
 class HalfGemm:
     """A kernel computing the float16 `out = a @ b` through float32 scratch (module docstring)."""
 
-    def __init__(self, a, b, out):
+    def __init__(self, a, b, out, exact=(False, False)):
+        """`exact`: per operand, whether it is a float32 array already holding float16 values (a
+        `HalfShadow`): BLAS reads it as it is, with no conversion."""
         self.a, self.b, self.out = a, b, out
-        self.a_flat, self.a32 = _scratch_like(a)
-        self.b_flat, self.b32 = _scratch_like(b)
+        self.exact = tuple(bool(e) and x.dtype == np.float32 for e, x in zip(exact, (a, b)))
+        self.a_flat, self.a32 = (None, a) if self.exact[0] else _scratch_like(a)
+        self.b_flat, self.b32 = (None, b) if self.exact[1] else _scratch_like(b)
         self.c_flat, self.c32 = _scratch_like(out)
         self.native = self._native_steps()
 
     def __call__(self):
-        np.copyto(self.a32, _as_half(self.a))
-        np.copyto(self.b32, _as_half(self.b))
+        if not self.exact[0]:
+            np.copyto(self.a32, _as_half(self.a))
+        if not self.exact[1]:
+            np.copyto(self.b32, _as_half(self.b))
         np.matmul(self.a32, self.b32, self.c32)
         np.copyto(self.out, self.c32, casting="same_kind")
 
@@ -118,8 +123,8 @@ class HalfGemm:
         from . import native
         library = native.runtime()
         functions = converters()
-        if library is None or native._Runtime.gemm is None or functions is None or \
-                any(flat is None for flat in (self.a_flat, self.b_flat, self.c_flat)):
+        if library is None or native._Runtime.gemm is None or functions is None or self.c_flat is None or \
+                any(flat is None and not exact for flat, exact in zip((self.a_flat, self.b_flat), self.exact)):
             return None
         from .gemm_layout import swapped_steps
         swapped = swapped_steps(self.a32, self.b32, self.c32)  # the float32 product's faster layout
@@ -132,9 +137,10 @@ class HalfGemm:
             product = [self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params)]
         half_to_float, float_to_half, _, round_half = functions
         widen = lambda x: half_to_float if x.dtype == np.float16 else round_half  # noqa: E731
-        steps = [self._call(widen(self.a), [self.a.ctypes.data, self.a_flat.ctypes.data], [self.a_flat.size]),
-                 self._call(widen(self.b), [self.b.ctypes.data, self.b_flat.ctypes.data], [self.b_flat.size]),
-                 *product,
+        steps = [self._call(widen(x), [x.ctypes.data, flat.ctypes.data], [flat.size])
+                 for x, flat, exact in ((self.a, self.a_flat, self.exact[0]), (self.b, self.b_flat, self.exact[1]))
+                 if not exact]
+        steps += [*product,
                  self._call(float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data], [self.c_flat.size])]
         return ("steps", steps)
 
@@ -161,15 +167,16 @@ def attach_half_sum_rows(kernel, x, out):
     return True
 
 
-def half_gemm(a, b, out):
+def half_gemm(a, b, out, exact=(False, False)):
     """A HalfGemm kernel for the float16 product a @ b -> out, or None for other dtypes or shapes.
-    An operand may be float32 that the product reads rounded to float16 (`fold_operand_casts`)."""
+    An operand may be float32 that the product reads rounded to float16 (`fold_operand_casts`),
+    or, marked `exact`, float32 already rounded (`shadow_half_weights`)."""
     if not isinstance(out, np.ndarray) or out.dtype != np.float16 or \
             not all(isinstance(x, np.ndarray) and x.dtype in (np.float16, np.float32) for x in (a, b)):
         return None
     if a.ndim < 2 or b.ndim < 2 or _dense_span(out) is None:
         return None
-    return HalfGemm(a, b, out)
+    return HalfGemm(a, b, out, exact)
 
 
 _PRODUCTS = ("matmul", "dense_weight_grad")
