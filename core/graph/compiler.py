@@ -29,6 +29,7 @@ def _kernel_passes():
     from .epilogue import fuse_gemm_epilogues
     from .fusion import expand_composites, fuse_kernels
     from .half import fold_operand_casts, recompute_widened_halves
+    from .half_checks import fold_overflow_checks
     from .half_shadow import shadow_half_weights
     return [
         ("expand", expand_composites),              # softmax, layer norm, losses, masks, updates -> basic ops
@@ -39,6 +40,7 @@ def _kernel_passes():
         ("half_operands", fold_operand_casts),      # float16 products read float32 operands, rounding them
         ("half_recompute", recompute_widened_halves),  # unscaled float16 gradients: in each reader's kernel
         ("half_shadows", shadow_half_weights),      # products read master weights rounded by their update
+        ("half_checks", fold_overflow_checks),      # overflow checks: a flag the product sets as it rounds
         ("dce", dead_code_elimination),             # the float16 casts and values nothing reads any more
         ("fuse", fuse_kernels),                     # elementwise / row-reduction groups -> one C++ kernel each
         ("dce", dead_code_elimination),

@@ -48,6 +48,24 @@ extern "C" void ms_float_to_half(void** p, const int64_t* n) {
   ms_f2h_n(static_cast<const float*>(p[0]), static_cast<uint16_t*>(p[1]), n[0]);
 }
 
+/* p = {float source, float16 destination, float flag}; n = {count}: ms_float_to_half, and the flag
+   is 0 when every converted value is finite, nan otherwise (float16 exponent bits all ones: inf or
+   nan), each chunk checked while it is in cache */
+extern "C" void ms_float_to_half_checked(void** p, const int64_t* n) {
+  const float* x = static_cast<const float*>(p[0]);
+  uint16_t* y = static_cast<uint16_t*>(p[1]);
+  const int64_t count = n[0];
+  uint32_t bad = 0;
+  for (int64_t j = 0; j < count; j += 1024) {
+    const int64_t m = count - j < 1024 ? count - j : 1024;
+    ms_f2h_n(x + j, y + j, m);
+    const uint16_t* chunk = y + j;
+    #pragma omp simd reduction(|:bad)
+    for (int64_t k = 0; k < m; ++k) bad |= static_cast<uint32_t>((chunk[k] & 0x7c00u) == 0x7c00u);
+  }
+  *static_cast<float*>(p[2]) = bad ? ms_bits_float(0x7fc00000u) : 0.0f;
+}
+
 /* p = {float source, float destination}; n = {count}: each value rounded to float16 precision
    (the float32 master weight as the float16 product reads it, without a float16 copy), through
    the CPU's conversions a chunk at a time: two instructions per vector, where ms_round_half's
@@ -68,9 +86,9 @@ extern "C" void ms_float_round_half(void** p, const int64_t* n) {
 
 def converters():
     """The C functions (compiled once): (half_to_float, float_to_half, half_sum_rows,
-    float_round_half), or None without a compiler."""
+    float_round_half, float_to_half_checked), or None without a compiler."""
     return _build.load_optional(_SOURCE, "ms_half_to_float", "ms_float_to_half", "ms_half_sum_rows",
-                                "ms_float_round_half")
+                                "ms_float_round_half", "ms_float_to_half_checked")
 
 
 def _as_half(array):
@@ -101,10 +119,11 @@ def _scratch_like(array):
 class HalfGemm:
     """A kernel computing the float16 `out = a @ b` through float32 scratch (module docstring)."""
 
-    def __init__(self, a, b, out, exact=(False, False)):
+    def __init__(self, a, b, out, exact=(False, False), flag=None):
         """`exact`: per operand, whether it is a float32 array already holding float16 values (a
-        `HalfShadow`): BLAS reads it as it is, with no conversion."""
-        self.a, self.b, self.out = a, b, out
+        `HalfShadow`): BLAS reads it as it is, with no conversion. `flag` (a 0-d float32 array):
+        set to 0 when every value of the product is finite, else nan, as the product is rounded."""
+        self.a, self.b, self.out, self.flag = a, b, out, flag
         self.exact = tuple(bool(e) and x.dtype == np.float32 for e, x in zip(exact, (a, b)))
         self.a_flat, self.a32 = (None, a) if self.exact[0] else _scratch_like(a)
         self.b_flat, self.b32 = (None, b) if self.exact[1] else _scratch_like(b)
@@ -118,6 +137,8 @@ class HalfGemm:
             np.copyto(self.b32, _as_half(self.b))
         np.matmul(self.a32, self.b32, self.c32)
         np.copyto(self.out, self.c32, casting="same_kind")
+        if self.flag is not None:
+            self.flag[...] = 0.0 if np.isfinite(self.out).all() else np.nan
 
     def _native_steps(self):
         from . import native
@@ -135,13 +156,16 @@ class HalfGemm:
             if params is None:
                 return None
             product = [self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params)]
-        half_to_float, float_to_half, _, round_half = functions
+        half_to_float, float_to_half, _, round_half, checked = functions
         widen = lambda x: half_to_float if x.dtype == np.float16 else round_half  # noqa: E731
         steps = [self._call(widen(x), [x.ctypes.data, flat.ctypes.data], [flat.size])
                  for x, flat, exact in ((self.a, self.a_flat, self.exact[0]), (self.b, self.b_flat, self.exact[1]))
                  if not exact]
-        steps += [*product,
-                 self._call(float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data], [self.c_flat.size])]
+        rounding = self._call(float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data], [self.c_flat.size])
+        if self.flag is not None:
+            rounding = self._call(checked, [self.c_flat.ctypes.data, self.out.ctypes.data, self.flag.ctypes.data],
+                                  [self.c_flat.size])
+        steps += [*product, rounding]
         return ("steps", steps)
 
     @staticmethod
@@ -167,7 +191,7 @@ def attach_half_sum_rows(kernel, x, out):
     return True
 
 
-def half_gemm(a, b, out, exact=(False, False)):
+def half_gemm(a, b, out, exact=(False, False), flag=None):
     """A HalfGemm kernel for the float16 product a @ b -> out, or None for other dtypes or shapes.
     An operand may be float32 that the product reads rounded to float16 (`fold_operand_casts`),
     or, marked `exact`, float32 already rounded (`shadow_half_weights`)."""
@@ -176,7 +200,7 @@ def half_gemm(a, b, out, exact=(False, False)):
         return None
     if a.ndim < 2 or b.ndim < 2 or _dense_span(out) is None:
         return None
-    return HalfGemm(a, b, out, exact)
+    return HalfGemm(a, b, out, exact, flag)
 
 
 _PRODUCTS = ("matmul", "dense_weight_grad")
