@@ -111,6 +111,13 @@ static inline void ms_h2f_n(const uint16_t* x, float* y, int64_t n) {
 #if defined(__AVX512F__)
   for (; j + 16 <= n; j += 16)
     _mm512_storeu_ps(y + j, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j))));
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  if (j < n) {  /* the last few (a short row's only ones) in one masked conversion */
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - j)) - 1u);
+    _mm512_mask_storeu_ps(y + j, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + j)));
+    return;
+  }
+#endif
 #elif defined(__F16C__)
   for (; j + 8 <= n; j += 8)
     _mm256_storeu_ps(y + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + j))));
@@ -123,6 +130,14 @@ static inline void ms_f2h_n(const float* x, uint16_t* y, int64_t n) {
   for (; j + 16 <= n; j += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + j),
                         _mm512_cvtps_ph(_mm512_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  if (j < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - j)) - 1u);
+    _mm256_mask_storeu_epi16(y + j, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + j),
+                                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return;
+  }
+#endif
 #elif defined(__F16C__)
   for (; j + 8 <= n; j += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y + j),
