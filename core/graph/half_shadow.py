@@ -21,6 +21,7 @@ import ctypes
 
 import numpy as np
 
+from ..ops import primitive
 from .expand import Builder
 from .ir import Node, rewrite
 
@@ -56,10 +57,85 @@ class HalfShadow:
 
 
 def is_half_exact(node):
-    """Whether `node` is a float32 value holding float16 values: a shadow or a transpose of one."""
+    """Whether `node` is a float32 value holding float16 values: a shadow, a `half_widen` result,
+    or a transpose of one."""
     if node.op == "call" and node.prim.name == "transpose":
         node = node.inputs[0]
+    if node.op == "call" and node.prim.name == "half_widen":
+        return True
     return node.op == "resident" and isinstance(node.value, HalfShadow)
+
+
+@primitive.defop("half_widen", differentiable=False)
+def half_widen(x):
+    """x as float32 at float16 precision: a float16 array widened, a float32 one rounded."""
+    return np.asarray(x).astype(np.float16).astype(np.float32)
+
+
+@primitive.register_rule("host_kernel", "half_widen")
+def _widen_kernel(node, ins, outs):
+    """The widening in C (F16C): one conversion call over the contiguous arrays, else None."""
+    from .half import HalfGemm, converters
+    x, out = ins[0], outs[0]
+    functions = converters()
+    if functions is None or not x.flags.c_contiguous or not out.flags.c_contiguous or out.dtype != np.float32:
+        return None
+    function = functions[0] if x.dtype == np.float16 else functions[3]
+
+    def run():
+        np.copyto(out, half_widen(x))
+    run.native = ("steps", [HalfGemm._call(function, [x.ctypes.data, out.ctypes.data], [x.size])])
+    return run
+
+
+_WIDEN_MIN_SIZE = 4096
+
+
+def _widenable(node):
+    """The value a product operand widens (itself, or what a transpose reads), when it is a large
+    float16 value or a float32 one the product rounds, else None."""
+    source = node.inputs[0] if node.op == "call" and node.prim.name == "transpose" else node
+    if is_half_exact(source) or source.dtype not in (np.float16, np.float32) or source.shape is None or \
+            source.size < _WIDEN_MIN_SIZE or source.op == "resident":
+        return None
+    return source
+
+
+def share_widened_operands(graph):
+    """A value that several float16 products read as an operand (an activation: the next layer's
+    forward product and the weight-gradient product; an input batch) is widened to float32 once, by
+    a `half_widen` node the products read as an exact operand, instead of once in each product."""
+    readers = {}
+    for product in _half_products(graph):
+        for operand in product.inputs:
+            source = _widenable(operand)
+            if source is not None:
+                readers.setdefault(id(source), set()).add(id(product))
+    shared = {key for key, products in readers.items() if len(products) > 1}
+    if not shared:
+        return graph
+    builder, widened, transposes = Builder(), {}, {}
+
+    def operand(node):
+        source = _widenable(node)
+        if source is None or id(source) not in shared:
+            return node
+        if id(source) not in widened:
+            widened[id(source)] = builder.call("half_widen", source)
+        if source is node:
+            return widened[id(source)]
+        key = (id(source), repr(sorted(node.attrs.items())))
+        if key not in transposes:
+            transposes[key] = Node("call", (widened[id(source)],), node.prim, dict(node.attrs), shape=node.shape,
+                                   dtype=np.dtype(np.float32))
+        return transposes[key]
+
+    def rule(node):
+        if node.op != "call" or node.prim.name not in _PRODUCTS or node.dtype != np.float16:
+            return None
+        inputs = tuple(operand(i) for i in node.inputs)
+        return None if all(a is b for a, b in zip(inputs, node.inputs)) else node.with_inputs(inputs)
+    return rewrite(graph, rule)
 
 
 def _resident_operand(node):
@@ -142,4 +218,5 @@ def refresh_all(shadows):
         shadow.refresh()
 
 
-__all__ = ["HalfShadow", "is_half_exact", "shadow_half_weights", "refresh_all"]
+__all__ = ["HalfShadow", "half_widen", "is_half_exact", "shadow_half_weights", "share_widened_operands",
+           "refresh_all"]

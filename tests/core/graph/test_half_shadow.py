@@ -117,3 +117,59 @@ def test_the_copy_equals_the_weight_rounded_after_every_call():
     assert shadow.value.source is net[2].weight
     want = net[2].weight.asnumpy().astype(np.float16).astype(np.float32)
     np.testing.assert_array_equal(shadow.value._data, want)  # the update wrote it
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_half_widen_in_c_equals_numpy(dtype):
+    from mstrain.graph.native import NativeProgram
+    from mstrain.ops.primitive import get
+
+    rng = np.random.default_rng(8)
+    with np.errstate(over="ignore"):
+        x = (rng.standard_normal(5000) * np.float32(1 + 2 ** -12) * 3e3).astype(dtype)
+        x[:3] = [np.inf, -np.inf, 7e4 if dtype == np.float32 else 1]
+        want = x.astype(np.float16).astype(np.float32)
+    node = half_shadow.Node("call", (), get("half_widen"), {}, shape=x.shape, dtype=np.dtype(np.float32))
+    out = np.zeros(x.shape, np.float32)
+    kernel = get("half_widen").host_kernel(node, [x], [out])
+    NativeProgram([kernel]).run()
+    np.testing.assert_array_equal(out, want)
+    out[...] = 0
+    kernel()
+    np.testing.assert_array_equal(out, want)
+
+
+def test_an_operand_several_products_read_is_widened_once(monkeypatch):
+    from mstrain import ops
+    from mstrain.graph import Tracer, compile_graph, tracing
+    from mstrain.ops.math import numpy_matmul
+
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((64, 96)) * np.float32(1 + 2 ** -12)).astype(np.float32)  # not float16 values
+    w = rng.standard_normal((96, 48)).astype(np.float16)
+    g = rng.standard_normal((64, 48)).astype(np.float16)
+
+    def step(x, w, g):
+        x16 = ops.cast(x, ms.float16)
+        h = ops.matmul(x16, w)                              # forward: x @ W
+        return h, ops.matmul(ops.transpose(x16, (1, 0)), g)  # weight gradient: x.T @ g
+
+    def compiled():
+        tracer = Tracer("step")
+        inputs = [tracer.add_input(ms.Tensor(a)) for a in (x, w, g)]
+        with tracing(tracer):
+            outs = step(*inputs)
+            graph = tracer.finish([tracer.output_node(o) for o in outs])
+        optimised, run = compile_graph(graph, fusion=True)
+        return optimised.count(prim="half_widen"), run.run([x, w, g])
+
+    widened, got = compiled()
+    assert widened == 1
+    x16 = x.astype(np.float16)
+    want = [numpy_matmul(x16, w), numpy_matmul(x16.T, g)]
+    monkeypatch.setattr(half_shadow, "share_widened_operands", lambda graph: graph)
+    none, unshared = compiled()
+    assert none == 0
+    for a, b, c in zip(got, unshared, want):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, c)
