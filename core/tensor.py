@@ -6,6 +6,14 @@ import numpy as np
 from . import dtype as _dtype
 
 
+def _note_half(array):
+    """A float16 Tensor exists: eager dispatch computes float16 elementwise ops in float32 from now
+    on (mstrain.ops.half_dispatch)."""
+    if getattr(array, "dtype", None) == np.float16:
+        from .ops.half_dispatch import enable
+        enable()
+
+
 def _to_array(data, dtype):
     if isinstance(data, Tensor):
         array = data._data
@@ -54,6 +62,7 @@ class Tensor:
         self._data = _to_array(input_data, dtype)
         self._node = None
         self._index = 0
+        _note_half(self._data)
 
     @classmethod
     def _wrap(cls, array):

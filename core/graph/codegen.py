@@ -111,6 +111,13 @@ static inline void ms_h2f_n(const uint16_t* x, float* y, int64_t n) {
 #if defined(__AVX512F__)
   for (; j + 16 <= n; j += 16)
     _mm512_storeu_ps(y + j, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j))));
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  if (j < n) {  /* the last few (a short row's only ones) in one masked conversion */
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - j)) - 1u);
+    _mm512_mask_storeu_ps(y + j, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + j)));
+    return;
+  }
+#endif
 #elif defined(__F16C__)
   for (; j + 8 <= n; j += 8)
     _mm256_storeu_ps(y + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + j))));
@@ -123,6 +130,14 @@ static inline void ms_f2h_n(const float* x, uint16_t* y, int64_t n) {
   for (; j + 16 <= n; j += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + j),
                         _mm512_cvtps_ph(_mm512_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  if (j < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - j)) - 1u);
+    _mm256_mask_storeu_epi16(y + j, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + j),
+                                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return;
+  }
+#endif
 #elif defined(__F16C__)
   for (; j + 8 <= n; j += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y + j),
@@ -527,6 +542,26 @@ def reduction_tables(x, axes):
     return leading, offsets(kept), offsets(reduced)
 
 
+def _half_leading_reduction(name, combine):
+    """A float16 reduction over leading axes with contiguous rows: the running values stay in float
+    (each rounded to float16 precision as storing it would), the rows converted a block at a time
+    by ms_h2f_n: numpy's row-after-row float16 additions without a conversion per element and row."""
+    step = combine.format(a="acc[k]", v="row[k]")
+    lines = ["  for (int64_t k0 = 0; k0 < nk; k0 += 1024) {",
+             "    const int64_t K = std::min<int64_t>(1024, nk - k0);",
+             "    float acc[1024], row[1024];",
+             "    ms_h2f_n(x + ro[0] + k0, acc, K);",
+             "    for (int64_t r = 1; r < nr; ++r) {",
+             "      ms_h2f_n(x + ro[r] + k0, row, K);",
+             "      #pragma omp simd",
+             f"      for (int64_t k = 0; k < K; ++k) acc[k] = ms_round_half({step});",
+             "    }"]
+    if name == "mean":  # numpy divides by the count as an integer: in double, then rounds
+        lines += ["    for (int64_t k = 0; k < K; ++k)",
+                  "      acc[k] = static_cast<float>(static_cast<double>(acc[k]) / static_cast<double>(nr));"]
+    return lines + ["    ms_f2h_n(acc, y + k0, K);", "  }"]
+
+
 def reduction_source(node, leading, kept_contiguous):
     """A kernel reducing p[0] into p[1] over the offset tables in params (see reduction_tables).
 
@@ -545,7 +580,9 @@ def reduction_source(node, leading, kept_contiguous):
              "  const int64_t* ko = n + 2;", "  const int64_t* ro = n + 2 + nk;"]
     x_dtype, y_dtype = node.inputs[0].dtype, node.dtype
     load = load_value(x_dtype, load)
-    if leading:
+    if leading and kept_contiguous and _is_half(x_dtype) and _is_half(y_dtype):
+        lines += _half_leading_reduction(name, combine)
+    elif leading:
         lines += ["  { const int64_t r0 = ro[0];", "    #pragma omp simd",
                   f"    for (int64_t k = 0; k < nk; ++k) y[k] = {store_value(y_dtype, load)}; }}",
                   "  for (int64_t r = 1; r < nr; ++r) {", "    const int64_t r0 = ro[r];", "    #pragma omp simd",

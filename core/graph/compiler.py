@@ -29,6 +29,8 @@ def _kernel_passes():
     from .epilogue import fuse_gemm_epilogues
     from .fusion import expand_composites, fuse_kernels
     from .half import fold_operand_casts, recompute_widened_halves
+    from .half_checks import fold_overflow_checks
+    from .half_shadow import shadow_half_weights, share_widened_operands
     return [
         ("expand", expand_composites),              # softmax, layer norm, losses, masks, updates -> basic ops
         ("dce", dead_code_elimination),             # the composites the expansions replaced
@@ -36,7 +38,10 @@ def _kernel_passes():
         ("simplify", algebraic_simplification),     # e.g. casts of a learning rate to its own dtype
         ("cse", common_subexpression_elimination),  # expansions share their subexpressions
         ("half_operands", fold_operand_casts),      # float16 products read float32 operands, rounding them
+        ("half_widen", share_widened_operands),     # an operand several products read: widened once
         ("half_recompute", recompute_widened_halves),  # unscaled float16 gradients: in each reader's kernel
+        ("half_shadows", shadow_half_weights),      # products read master weights rounded by their update
+        ("half_checks", fold_overflow_checks),      # overflow checks: a flag the product sets as it rounds
         ("dce", dead_code_elimination),             # the float16 casts and values nothing reads any more
         ("fuse", fuse_kernels),                     # elementwise / row-reduction groups -> one C++ kernel each
         ("dce", dead_code_elimination),

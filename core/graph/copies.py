@@ -26,7 +26,10 @@ def _stand_in(array):
 
 def _copy(source, target, plus_zero=False):
     """One generated kernel writing `source` (any strides, broadcast allowed) into `target`;
-    `plus_zero` writes source + 0, numpy's `zeros[index] += g` (-0.0 becomes +0.0)."""
+    `plus_zero` writes source + 0, numpy's `zeros[index] += g` (-0.0 becomes +0.0). A float16 copy
+    moves the 16 bits as int16 (a float16 value would be widened and rounded back per element)."""
+    if not plus_zero and source.dtype == target.dtype == np.float16:
+        source, target = source.view(np.int16), target.view(np.int16)
     inputs = [source] + ([np.broadcast_to(np.zeros((), target.dtype), target.shape)] if plus_zero else [])
     nodes = [_stand_in(a) for a in inputs]
     name = "add" if plus_zero else "identity"

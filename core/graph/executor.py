@@ -18,6 +18,7 @@ from ..ops.primitive import dispatch
 from . import copies, lowering  # noqa: F401  (copies: the layout ops' lowering rules)
 from .build import native_enabled as _native_enabled
 from .memory import Step, plan_memory
+from .half_shadow import HalfShadow, is_half_exact, refresh_all
 
 _INPLACE_UNSAFE = {"where", "cast"}  # their out= kernels read an input after writing the output
 
@@ -59,7 +60,7 @@ def _half_gemm(node, ins, out):
     if node.prim.name == "dense_weight_grad" and isinstance(a, np.ndarray):
         a = a.T
     from .half import half_gemm
-    return half_gemm(a, b, out)
+    return half_gemm(a, b, out, exact=[is_half_exact(i) for i in node.inputs])
 
 
 class ResidentChanged(RuntimeError):
@@ -77,6 +78,7 @@ class Executable:
         self.graph = graph
         self._input_buffers = [np.zeros(n.shape, n.dtype) for n in graph.inputs]
         self._residents = [n for n in graph.nodes if n.op == "resident"]
+        self._shadows = [n.value for n in self._residents if isinstance(n.value, HalfShadow)]
         self._projections = {}
         for n in graph.nodes:
             if n.op == "project":
@@ -278,6 +280,7 @@ class Executable:
     def run(self, inputs):
         """One execution: load `inputs`, run, return copies of the outputs (residents by reference)."""
         self.check_residents()
+        refresh_all(self._shadows)
         self.load_inputs(inputs)
         self.step()
         result = []
@@ -297,6 +300,7 @@ class Executable:
         step to `seconds`. Several batches loop in C; a single one (a full-batch step per round
         trip) runs directly, sparing the loop's per-call set-up."""
         self.check_residents()
+        refresh_all(self._shadows)
         kept = self.output_arrays()[output_index]
         profiler = dispatch.profiler
         if getattr(profiler, "run_sink", None) is not None:  # a data dump: kernel by kernel from Python

@@ -32,20 +32,58 @@ extern "C" void ms_half_to_float(void** p, const int64_t* n) {
 /* p = {float source, float16 destination}; n = {count} */
 /* p = {x, out}; n = {rows, cols}: out[j] = x[0][j] + x[1][j] + ... row after row, each sum
    rounded to float16, as numpy's add.reduce over leading axes adds float16 rows */
+/* The running sums stay in float registers, each rounded to float16 precision after its addition
+   (ms_round_half: the value storing and reloading it would give), and the rows are converted by
+   the CPU's instructions a block of rows at a time: a narrow row (a bias of 7) costs no more per
+   element than a wide one. */
 extern "C" void ms_half_sum_rows(void** p, const int64_t* n) {
   const uint16_t* x = static_cast<const uint16_t*>(p[0]);
   uint16_t* out = static_cast<uint16_t*>(p[1]);
   const int64_t rows = n[0], cols = n[1];
-  for (int64_t j = 0; j < cols; ++j) out[j] = x[j];
-  for (int64_t i = 1; i < rows; ++i) {
-    const uint16_t* row = x + i * cols;
-    #pragma omp simd
-    for (int64_t j = 0; j < cols; ++j) out[j] = ms_f2h(ms_h2f(out[j]) + ms_h2f(row[j]));
+  constexpr int64_t kBlock = 4096;
+  float block[kBlock], acc[kBlock];
+  for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+    const int64_t width = cols - c0 < kBlock ? cols - c0 : kBlock;
+    const int64_t per_block = kBlock / width;  /* whole rows of this column range per conversion */
+    const bool whole_rows = width == cols;
+    ms_h2f_n(x + c0, acc, width);
+    for (int64_t i = 1; i < rows; i += per_block) {
+      const int64_t count = rows - i < per_block ? rows - i : per_block;
+      if (whole_rows) {
+        ms_h2f_n(x + i * cols, block, count * cols);
+      } else {
+        for (int64_t r = 0; r < count; ++r) ms_h2f_n(x + (i + r) * cols + c0, block + r * width, width);
+      }
+      for (int64_t r = 0; r < count; ++r) {
+        const float* row = block + r * width;
+        #pragma omp simd
+        for (int64_t j = 0; j < width; ++j) acc[j] = ms_round_half(acc[j] + row[j]);
+      }
+    }
+    ms_f2h_n(acc, out + c0, width);
   }
 }
 
 extern "C" void ms_float_to_half(void** p, const int64_t* n) {
   ms_f2h_n(static_cast<const float*>(p[0]), static_cast<uint16_t*>(p[1]), n[0]);
+}
+
+/* p = {float source, float16 destination, float flag}; n = {count}: ms_float_to_half, and the flag
+   is 0 when every converted value is finite, nan otherwise (float16 exponent bits all ones: inf or
+   nan), each chunk checked while it is in cache */
+extern "C" void ms_float_to_half_checked(void** p, const int64_t* n) {
+  const float* x = static_cast<const float*>(p[0]);
+  uint16_t* y = static_cast<uint16_t*>(p[1]);
+  const int64_t count = n[0];
+  uint32_t bad = 0;
+  for (int64_t j = 0; j < count; j += 1024) {
+    const int64_t m = count - j < 1024 ? count - j : 1024;
+    ms_f2h_n(x + j, y + j, m);
+    const uint16_t* chunk = y + j;
+    #pragma omp simd reduction(|:bad)
+    for (int64_t k = 0; k < m; ++k) bad |= static_cast<uint32_t>((chunk[k] & 0x7c00u) == 0x7c00u);
+  }
+  *static_cast<float*>(p[2]) = bad ? ms_bits_float(0x7fc00000u) : 0.0f;
 }
 
 /* p = {float source, float destination}; n = {count}: each value rounded to float16 precision
@@ -68,9 +106,9 @@ extern "C" void ms_float_round_half(void** p, const int64_t* n) {
 
 def converters():
     """The C functions (compiled once): (half_to_float, float_to_half, half_sum_rows,
-    float_round_half), or None without a compiler."""
+    float_round_half, float_to_half_checked), or None without a compiler."""
     return _build.load_optional(_SOURCE, "ms_half_to_float", "ms_float_to_half", "ms_half_sum_rows",
-                                "ms_float_round_half")
+                                "ms_float_round_half", "ms_float_to_half_checked")
 
 
 def _as_half(array):
@@ -101,25 +139,33 @@ def _scratch_like(array):
 class HalfGemm:
     """A kernel computing the float16 `out = a @ b` through float32 scratch (module docstring)."""
 
-    def __init__(self, a, b, out):
-        self.a, self.b, self.out = a, b, out
-        self.a_flat, self.a32 = _scratch_like(a)
-        self.b_flat, self.b32 = _scratch_like(b)
+    def __init__(self, a, b, out, exact=(False, False), flag=None):
+        """`exact`: per operand, whether it is a float32 array already holding float16 values (a
+        `HalfShadow`): BLAS reads it as it is, with no conversion. `flag` (a 0-d float32 array):
+        set to 0 when every value of the product is finite, else nan, as the product is rounded."""
+        self.a, self.b, self.out, self.flag = a, b, out, flag
+        self.exact = tuple(bool(e) and x.dtype == np.float32 for e, x in zip(exact, (a, b)))
+        self.a_flat, self.a32 = (None, a) if self.exact[0] else _scratch_like(a)
+        self.b_flat, self.b32 = (None, b) if self.exact[1] else _scratch_like(b)
         self.c_flat, self.c32 = _scratch_like(out)
         self.native = self._native_steps()
 
     def __call__(self):
-        np.copyto(self.a32, _as_half(self.a))
-        np.copyto(self.b32, _as_half(self.b))
+        if not self.exact[0]:
+            np.copyto(self.a32, _as_half(self.a))
+        if not self.exact[1]:
+            np.copyto(self.b32, _as_half(self.b))
         np.matmul(self.a32, self.b32, self.c32)
         np.copyto(self.out, self.c32, casting="same_kind")
+        if self.flag is not None:
+            self.flag[...] = 0.0 if np.isfinite(self.out).all() else np.nan
 
     def _native_steps(self):
         from . import native
         library = native.runtime()
         functions = converters()
-        if library is None or native._Runtime.gemm is None or functions is None or \
-                any(flat is None for flat in (self.a_flat, self.b_flat, self.c_flat)):
+        if library is None or native._Runtime.gemm is None or functions is None or self.c_flat is None or \
+                any(flat is None and not exact for flat, exact in zip((self.a_flat, self.b_flat), self.exact)):
             return None
         from .gemm_layout import swapped_steps
         swapped = swapped_steps(self.a32, self.b32, self.c32)  # the float32 product's faster layout
@@ -130,12 +176,16 @@ class HalfGemm:
             if params is None:
                 return None
             product = [self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params)]
-        half_to_float, float_to_half, _, round_half = functions
+        half_to_float, float_to_half, _, round_half, checked = functions
         widen = lambda x: half_to_float if x.dtype == np.float16 else round_half  # noqa: E731
-        steps = [self._call(widen(self.a), [self.a.ctypes.data, self.a_flat.ctypes.data], [self.a_flat.size]),
-                 self._call(widen(self.b), [self.b.ctypes.data, self.b_flat.ctypes.data], [self.b_flat.size]),
-                 *product,
-                 self._call(float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data], [self.c_flat.size])]
+        steps = [self._call(widen(x), [x.ctypes.data, flat.ctypes.data], [flat.size])
+                 for x, flat, exact in ((self.a, self.a_flat, self.exact[0]), (self.b, self.b_flat, self.exact[1]))
+                 if not exact]
+        rounding = self._call(float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data], [self.c_flat.size])
+        if self.flag is not None:
+            rounding = self._call(checked, [self.c_flat.ctypes.data, self.out.ctypes.data, self.flag.ctypes.data],
+                                  [self.c_flat.size])
+        steps += [*product, rounding]
         return ("steps", steps)
 
     @staticmethod
@@ -161,15 +211,16 @@ def attach_half_sum_rows(kernel, x, out):
     return True
 
 
-def half_gemm(a, b, out):
+def half_gemm(a, b, out, exact=(False, False), flag=None):
     """A HalfGemm kernel for the float16 product a @ b -> out, or None for other dtypes or shapes.
-    An operand may be float32 that the product reads rounded to float16 (`fold_operand_casts`)."""
+    An operand may be float32 that the product reads rounded to float16 (`fold_operand_casts`),
+    or, marked `exact`, float32 already rounded (`shadow_half_weights`)."""
     if not isinstance(out, np.ndarray) or out.dtype != np.float16 or \
             not all(isinstance(x, np.ndarray) and x.dtype in (np.float16, np.float32) for x in (a, b)):
         return None
     if a.ndim < 2 or b.ndim < 2 or _dense_span(out) is None:
         return None
-    return HalfGemm(a, b, out)
+    return HalfGemm(a, b, out, exact, flag)
 
 
 _PRODUCTS = ("matmul", "dense_weight_grad")

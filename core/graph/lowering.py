@@ -12,6 +12,7 @@ from functools import partial
 import numpy as np
 
 from ..ops.primitive import register_rule
+from ..ops.half_dispatch import has_half, widened_impl
 
 
 def _ufunc(ufunc):
@@ -192,12 +193,14 @@ def out_kernel(node, ins, out):
     For a node with several outputs `out` is their list (None for an unused one); an op writing
     state in place does that write too."""
     build = node.prim.lowering
-    return None if build is None else build(node, ins, out)
+    if build is None or (node.prim.widens_half and has_half(ins)):  # float16: as eager, in float32
+        return None
+    return build(node, ins, out)
 
 
 def impl_kernel(node, ins, outs):
     """Run the primitive's impl and copy its result(s) into `outs` (None entries are not kept)."""
-    impl, attrs = node.prim.impl, node.attrs
+    impl, attrs = widened_impl(node.prim, ins), node.attrs
     if not outs:  # an in-place update whose result is its own state
         return partial(impl, *ins, **attrs)
     if len(outs) == 1 and node.shape is not None:

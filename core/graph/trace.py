@@ -20,6 +20,7 @@ import numpy as np
 from .. import autograd as _autograd
 from ..errors import UserError
 from ..ops import primitive as _primitive
+from ..ops.half_dispatch import widened_impl
 from ..tensor import Parameter, Tensor
 from .ir import Graph, Node
 
@@ -240,7 +241,7 @@ class Tracer:
         for k in prim.mutates:  # keep what a failed trace must put back
             if isinstance(values[k], np.ndarray) and id(values[k]) not in self._before_write:
                 self._before_write[id(values[k])] = (values[k], values[k].copy())
-        out = prim.impl(*values, **attrs)
+        out = widened_impl(prim, values)(*values, **attrs)  # float16: computed as eager computes it
         call = Node("call", [node for node, _ in pairs], prim, dict(attrs))
         self.nodes.append(call)
         written = next((k for k in prim.mutates if out is values[k]), None) if prim.num_outputs == 1 else None

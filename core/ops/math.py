@@ -353,7 +353,11 @@ def _(ctx, g):
 def cast(x, dtype):
     if _dtype.is_bfloat16(dtype):
         return _dtype.to_bfloat16(x)
-    return np.asarray(x).astype(dtype, copy=False)
+    x = np.asarray(x)
+    if x.dtype != dtype and x.size >= 16384 and x.dtype.kind == "f" and x.dtype.itemsize <= 4:
+        from ..kernels.half import astype  # float16 <-> float32 in C (numpy's astype is a scalar loop)
+        return astype(x, dtype)
+    return x.astype(dtype, copy=False)
 
 
 @cast.defvjp
@@ -370,7 +374,8 @@ def numpy_matmul(x, y):
     Compiled graphs compute the same float32 product (mstrain.graph.half). A small product runs on
     one BLAS thread, as in a compiled step (`_blas_thread_policy`)."""
     if x.dtype == np.float16 and y.dtype == np.float16:
-        return numpy_matmul(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
+        from ..kernels.half import astype
+        return astype(numpy_matmul(astype(x, np.float32), astype(y, np.float32)), np.float16)
     if x.dtype.kind not in "fc" or y.dtype.kind not in "fc" or x.ndim == 0 or y.ndim == 0:
         return np.matmul(x, y)
     set_threads, get_threads, small_work = _blas_thread_policy()

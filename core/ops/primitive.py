@@ -24,6 +24,7 @@ import numpy as np
 from .. import autograd as _autograd
 from .. import dtype as _dtype
 from ..tensor import Tensor
+from . import half_dispatch
 
 __all__ = ["REGISTRY", "KINDS", "RULES", "Primitive", "defop", "register_rule", "ShardStrategy", "dispatch",
            "apply", "get", "as_array"]
@@ -51,7 +52,8 @@ class Primitive:
 
     __slots__ = ("name", "impl", "vjp", "kind", "num_outputs", "differentiable",
                  "cpp", "shard_rule", "lowering", "host_kernel", "simplify", "expander", "batch_rule",
-                 "attr_names", "attr_defaults", "num_inputs", "stateful", "mutates", "doc")
+                 "attr_names", "attr_defaults", "num_inputs", "stateful", "mutates", "doc", "widens_half",
+                 "half_check")
 
     def __init__(self, name, impl, kind="opaque", num_outputs=1, differentiable=True, cpp=None, attrs=(),
                  stateful=False, mutates=()):
@@ -72,6 +74,10 @@ class Primitive:
         self.batch_rule = None  # vmap: rule(args, batched, attrs), see core/ops/vectorize.py
         self.stateful = stateful  # draws random numbers or reads external state: never folded or merged
         self.mutates = tuple(mutates)  # input positions updated in place (optimizer updates, assign)
+        # float16 inputs computed in float32, rounded once (mstrain.ops.half_dispatch); half_check
+        # is what eager dispatch tests: 1 (look for float16 inputs) once float16 is in use, 2 (look
+        # for a float16 result) on ops with a dtype attribute until then
+        self.widens_half = kind == "elementwise" and not stateful and not self.mutates
         self.doc = impl.__doc__
         self.attr_names = tuple(attrs)
         params = inspect.signature(impl).parameters.values()
@@ -79,6 +85,7 @@ class Primitive:
                               if p.name in self.attr_names and p.default is not p.empty}
         variadic = any(p.kind is p.VAR_POSITIONAL for p in params)
         self.num_inputs = None if variadic else sum(1 for p in params if p.name not in self.attr_names)
+        self.half_check = half_dispatch.initial_check(self)
 
     def defvjp(self, rule):
         """Register `rule(ctx, *output_grads) -> input grads` (a tuple, one entry per input)."""
@@ -209,6 +216,7 @@ def _run(prim, inputs, attrs):
 
 
 _new_object = object.__new__
+_half_aware = half_dispatch.run
 _ndarray = np.ndarray
 _autograd_state = _autograd.state
 _bfloat16_state = _dtype._Bfloat16State
@@ -233,7 +241,10 @@ def _wrap(array):
 
 def _eager(prim, inputs, attrs):
     args = _arrays(inputs)
-    out = prim.impl(*args, **attrs) if attrs else prim.impl(*args)
+    if prim.half_check:  # 0 unless float16 is in use (or this op may be the first to make it)
+        out = _half_aware(prim, args, attrs)
+    else:
+        out = prim.impl(*args, **attrs) if attrs else prim.impl(*args)
     if _bfloat16_state.used:  # bfloat16 data is float32 rounded on every write
         _dtype.round_bfloat16_writes((out,) if prim.num_outputs == 1 else out)
         _dtype.round_bfloat16_writes([args[i] for i in prim.mutates if i < len(args)])

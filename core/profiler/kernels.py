@@ -23,6 +23,9 @@ def kernel_label(node, kernel):
             node.prim.name in ("matmul", "dense_weight_grad"):
         label += "[gemm]"
     shape = node.shape if node.shape is not None else node.value.shape if node.op == "fused" else None
+    if node.op == "call" and node.prim.name == "half_product_checked":  # a float16 product + overflow flag
+        label = f"{node.attrs['product']}[gemm+check]"
+        shape = getattr(getattr(kernel, "out", None), "shape", None)
     return f"{label} {list(shape) if shape is not None else ''}".strip()
 
 

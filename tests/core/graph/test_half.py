@@ -113,10 +113,11 @@ def test_half_gemm_only_takes_float16():
     np.testing.assert_array_equal(kernel.out, np.full((3, 2), 4, np.float16))
 
 
-def test_half_sum_rows_adds_rows_as_numpy_does():
+@pytest.mark.parametrize("rows,cols", [(300, 24), (2708, 7), (3, 5000), (1, 9), (1500, 3)])
+def test_half_sum_rows_adds_rows_as_numpy_does(rows, cols):
     rng = np.random.default_rng(2)
-    x = (rng.standard_normal((300, 24)) * 30).astype(np.float16)
-    out = np.zeros(24, np.float16)
+    x = (rng.standard_normal((rows, cols)) * rng.choice([0.01, 30, 3000], (rows, cols))).astype(np.float16)
+    out = np.zeros(cols, np.float16)
 
     class Kernel:
         def __call__(self):
@@ -124,7 +125,8 @@ def test_half_sum_rows_adds_rows_as_numpy_does():
     kernel = Kernel()
     assert attach_half_sum_rows(kernel, x, out)
     _run_native(kernel)
-    np.testing.assert_array_equal(out, np.add.reduce(x, axis=0))
+    with np.errstate(over="ignore"):  # large rows overflow to inf, as numpy's float16 sums do
+        np.testing.assert_array_equal(out, np.add.reduce(x, axis=0))
     assert not attach_half_sum_rows(Kernel(), x.astype(np.float32), out.astype(np.float32))
 
 
@@ -190,3 +192,23 @@ def test_float16_products_read_float32_operands_without_the_cast(trace_graph):
         for got, expected in zip(run.run([x, w]), want):
             assert got.dtype == expected.dtype
             np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("cols", [7, 128, 2500])  # a bias, a layer, several column blocks
+def test_float16_reductions_over_leading_axes_equal_eager(trace_graph, cols):
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((3, 40, cols)) * rng.choice([0.01, 30.0, 3000.0], (3, 40, cols))).astype(np.float16)
+
+    def step(x):
+        return ops.sum(x, (0, 1)), ops.max(x, 0), ops.min(x, (0, 1)), ops.sum(x * 2.0, 0)
+
+    graph = trace_graph(step, x)
+    _, run = compile_graph(graph, fusion=True)
+    with np.errstate(over="ignore"):
+        want = [np.add.reduce(x.reshape(120, cols), axis=0), x.max(0), x.min((0, 1)),
+                np.add.reduce(x * np.float16(2.0), axis=0)]
+        got = run.run([x])
+    for g, e in zip(got, want):
+        assert g.dtype == np.float16
+        np.testing.assert_array_equal(g, e)
+    assert run.native() is not None and run.native().python_calls == 0

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mstrain.kernels.half import to_float16, to_float32
+from mstrain.kernels.half import astype, to_float16, to_float32
 
 
 @pytest.mark.parametrize("disabled", ["0", "1"])
@@ -26,3 +26,17 @@ def test_conversions_equal_numpy_astype(monkeypatch, disabled):
 def test_wrong_dtype_is_named():
     with pytest.raises(TypeError, match="to_float32 expects a float16 array, got float32"):
         to_float32(np.zeros(3, np.float32))
+
+
+def test_astype_gives_numpys_bits_and_dtype_for_every_size_and_layout():
+    rng = np.random.default_rng(3)
+    wide = np.concatenate([rng.standard_normal(30000) * 10, [7e4, -7e4, 1e-8, np.inf, -np.inf, -0.0]]).astype(np.float32)
+    for x in (wide, wide[:100], wide.reshape(6, -1).T, wide[::3]):  # large, small, transposed, strided
+        with np.errstate(over="ignore"):
+            want = x.astype(np.float16)
+        got = astype(x, np.float16)
+        assert got.dtype == np.float16 and got.shape == x.shape
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+        back = astype(got, np.float32)
+        np.testing.assert_array_equal(back, want.astype(np.float32))
+    assert astype(wide, np.float64).dtype == np.float64 and astype(wide, np.float32) is not wide

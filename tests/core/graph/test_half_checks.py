@@ -1,0 +1,125 @@
+"""Overflow checks of float16 products done as the product rounds its result
+(mstrain.graph.half_checks): the flag against numpy, the same training (losses, scales, weights)
+as the step that sums the gradient, and one overflowing large gradient skipping every update,
+eager and sink."""
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+import mstrain as ms
+from mstrain import nn
+from mstrain.graph import half_checks
+from mstrain.graph.half import half_gemm
+from mstrain.graph.native import NativeProgram
+from mstrain.train.sink import GraphSinkRunner
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+
+
+@pytest.mark.parametrize("bad", [None, np.inf, -np.inf, np.nan])
+def test_the_product_sets_the_flag_as_it_rounds(bad):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((70, 33)).astype(np.float16)
+    b = rng.standard_normal((33, 2100)).astype(np.float16)  # several chunks of the check
+    if bad is not None:
+        b[5, 1999] = bad
+    value, want_flag = half_checks.half_product_checked(a, b, "matmul")
+    assert np.isnan(want_flag) == (bad is not None) and (want_flag == 0 or np.isnan(want_flag))
+    out, flag = np.zeros((70, 2100), np.float16), np.array(7.0, np.float32)
+    kernel = half_gemm(a, b, out, flag=flag)
+    kernel()  # from Python
+    np.testing.assert_array_equal(out, value)
+    assert np.isnan(flag) == (bad is not None) and (flag == 0 or np.isnan(flag))
+    out[...], flag[...] = 0, 7.0
+    NativeProgram([kernel]).run()  # in C
+    np.testing.assert_array_equal(out, value)
+    assert np.isnan(flag) == (bad is not None) and (flag == 0 or np.isnan(flag))
+
+
+def test_a_rounding_overflow_sets_the_flag():
+    a = np.full((2, 4), 200.0, np.float16)
+    b = np.full((4, 3), 100.0, np.float16)  # 80000 > float16's largest: inf when rounded
+    out, flag = np.zeros((2, 3), np.float16), np.array(0.0, np.float32)
+    kernel = half_gemm(a, b, out, flag=flag)
+    NativeProgram([kernel]).run()
+    assert np.isinf(out).all() and np.isnan(flag)
+
+
+def _batches(count=30, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((8, 96), dtype=np.float32), rng.integers(0, 4, 8).astype(np.int32))
+            for _ in range(count)]
+
+
+def _train():
+    ms.set_seed(0)
+    net = nn.SequentialCell([nn.Dense(96, 64), nn.ReLU(), nn.Dense(64, 4)])
+    manager = ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 24, scale_factor=2, scale_window=5)
+    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2", loss_scale_manager=manager)
+    step = model.train_network
+    step.set_train(True)
+    runner = GraphSinkRunner(step)
+    scales = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        losses = []
+        for batch in _batches():
+            losses.extend(runner.run([batch]))
+            scales.append(step.scale_sense.loss_scale)
+    graph = runner.compiled_calls()[0].graph
+    folded = graph.count(prim="half_product_checked")
+    return np.array(losses), scales, {p.name: p.asnumpy().copy() for p in step.get_parameters()}, folded
+
+
+def test_folded_checks_train_as_the_summed_checks(monkeypatch):
+    losses, scales, state, folded = _train()
+    assert folded == 1  # the 64 x 96 weight gradient; the others are too small to bother
+    changes = np.diff([2.0 ** 24] + scales)
+    assert (changes < 0).any() and (changes > 0).any()  # overflowed steps and growth both happened
+    monkeypatch.setattr(half_checks, "fold_overflow_checks", lambda graph: graph)
+    summed_losses, summed_scales, summed_state, none = _train()
+    assert none == 0 and scales == summed_scales
+    np.testing.assert_array_equal(losses, summed_losses)
+    for name, value in summed_state.items():
+        np.testing.assert_array_equal(state[name], value, err_msg=name)
+
+
+def _large_gradient_overflow_step(sink):
+    """One O2 step where only the 128 x 64 weight gradient overflows float16: large ReLU outputs
+    (finite in float16) times the scaled loss gradient; tiny output weights keep the others finite."""
+    net = nn.SequentialCell([nn.Dense(12, 64), nn.ReLU(), nn.Dense(64, 128)])
+    rng = np.random.default_rng(7)
+    x = np.abs(rng.standard_normal((8, 12))).astype(np.float32)
+    net[0].weight.set_data(np.full((64, 12), 3000.0, np.float32))
+    net[0].bias.set_data(np.zeros(64, np.float32))
+    net[2].weight.set_data((rng.standard_normal((128, 64)) * 1e-6).astype(np.float32))
+    net[2].bias.set_data(np.zeros(128, np.float32))
+    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2",
+                     loss_scale_manager=ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 12))
+    step = model.train_network
+    step.set_train(True)
+    y = np.arange(8).astype(np.int32)
+    h = np.maximum(x.astype(np.float16) @ net[0].weight.asnumpy().astype(np.float16).T, 0)
+    assert np.isfinite(h).all() and float(h.max()) * 2.0 ** 12 / 8 * 0.99 > 65504  # dW2 beyond float16
+    before = {p.name: p.asnumpy().copy() for p in step.get_parameters()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        if sink:
+            runner = GraphSinkRunner(step)
+            runner.run([(x, y)])
+            assert runner.compiled_calls()[0].graph.count(prim="half_product_checked") == 1
+        else:
+            step(ms.Tensor(x), ms.Tensor(y))
+    return before, {p.name: p.asnumpy().copy() for p in step.get_parameters()}, step.scale_sense.get_state()
+
+
+@pytest.mark.parametrize("sink", [False, True])
+def test_one_overflowing_large_gradient_skips_every_update(sink):
+    before, after, state = _large_gradient_overflow_step(sink)
+    assert state == {"loss_scale": 2.0 ** 11, "good_steps": 0, "step": 1}
+    for name, value in before.items():  # weights, moments, global step: nothing written
+        np.testing.assert_array_equal(after[name], value, err_msg=name)

@@ -1,0 +1,175 @@
+"""float16 copies of master weights written by their update (mstrain.graph.half_shadow): a compiled
+O2 step whose products read them trains bit for bit as the step whose products round the float32
+weights themselves, and a weight changed between two calls (a checkpoint loaded, written in
+place) is seen by the next call."""
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+import mstrain as ms
+from mstrain import nn
+from mstrain.graph import half_shadow
+from mstrain.train.sink import GraphSinkRunner
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+
+
+def _batches(count, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((8, 24), dtype=np.float32), rng.integers(0, 4, 8).astype(np.int32))
+            for _ in range(count)]
+
+
+def _step():
+    """An O2 step with a hidden 64 x 64 weight (read by its forward and input-gradient products)."""
+    ms.set_seed(0)
+    net = nn.SequentialCell([nn.Dense(24, 64), nn.ReLU(), nn.Dense(64, 64), nn.ReLU(), nn.Dense(64, 4)])
+    manager = ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 12, scale_factor=2, scale_window=5)
+    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2", loss_scale_manager=manager)
+    step = model.train_network
+    step.set_train(True)
+    return net, step
+
+
+def _shadows(runner):
+    graph = runner.compiled_calls()[0].graph
+    return [n for n in graph.nodes if n.op == "resident" and isinstance(n.value, half_shadow.HalfShadow)]
+
+
+def _state(step):
+    return {p.name: p.asnumpy().copy() for p in step.get_parameters()}
+
+
+def _train(shadowed, between=None):
+    """Two loop-sink calls of 6 steps; `between(net)` changes the weights between them."""
+    net, step = _step()
+    runner = GraphSinkRunner(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        losses = [runner.run(_batches(6))]
+        if between is not None:
+            between(net)
+        losses.append(runner.run(_batches(6, seed=1)))
+    assert len(_shadows(runner)) == (1 if shadowed else 0)
+    return np.concatenate(losses), _state(step)
+
+
+def _check_same(between=None, monkeypatch=None):
+    losses, state = _train(True, between)
+    monkeypatch.setattr(half_shadow, "_shadowed", lambda graph: {})
+    plain_losses, plain_state = _train(False, between)
+    np.testing.assert_array_equal(losses, plain_losses)
+    assert state.keys() == plain_state.keys()
+    for name, value in plain_state.items():
+        np.testing.assert_array_equal(state[name], value, err_msg=name)
+    return losses
+
+
+def _eager_losses():
+    _, step = _step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return np.array([float(step(ms.Tensor(x), ms.Tensor(y))[0].asnumpy())
+                         for x, y in _batches(6) + _batches(6, seed=1)])
+
+
+def test_products_reading_the_updated_copy_train_as_products_rounding_the_weight(monkeypatch):
+    eager = _eager_losses()  # float16 compute, float32 master weights, loss scale, op by op
+    losses = _check_same(monkeypatch=monkeypatch)
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
+    np.testing.assert_allclose(losses, eager, rtol=1e-5, atol=1e-5)  # fused kernels: rounding noise only
+
+
+def test_a_weight_written_in_place_between_calls_is_seen(monkeypatch):
+    rng = np.random.default_rng(5)
+    new = (rng.standard_normal((64, 64)) * 0.1 * np.float32(1 + 2 ** -12)).astype(np.float32)
+
+    def write(net):
+        net[2].weight.assign_value(new)  # same storage, new values
+    _check_same(write, monkeypatch)
+
+
+def test_a_checkpoint_loaded_between_calls_is_seen(monkeypatch, tmp_path):
+    net, step = _step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        GraphSinkRunner(step).run(_batches(9, seed=2))  # weights unlike the fresh ones
+    path = str(tmp_path / "trained.ckpt")
+    ms.save_checkpoint(net, path)
+
+    def load(other):
+        ms.load_param_into_net(other, ms.load_checkpoint(path))
+    fresh = _train(True)[0]
+    losses = _check_same(load, monkeypatch)
+    assert not np.array_equal(losses[6:], fresh[6:])  # the loaded weights made a difference
+
+
+def test_the_copy_equals_the_weight_rounded_after_every_call():
+    net, step = _step()
+    runner = GraphSinkRunner(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        runner.run(_batches(4))
+    (shadow,) = _shadows(runner)
+    assert shadow.value.source is net[2].weight
+    want = net[2].weight.asnumpy().astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(shadow.value._data, want)  # the update wrote it
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_half_widen_in_c_equals_numpy(dtype):
+    from mstrain.graph.native import NativeProgram
+    from mstrain.ops.primitive import get
+
+    rng = np.random.default_rng(8)
+    with np.errstate(over="ignore"):
+        x = (rng.standard_normal(5000) * np.float32(1 + 2 ** -12) * 3e3).astype(dtype)
+        x[:3] = [np.inf, -np.inf, 7e4 if dtype == np.float32 else 1]
+        want = x.astype(np.float16).astype(np.float32)
+    node = half_shadow.Node("call", (), get("half_widen"), {}, shape=x.shape, dtype=np.dtype(np.float32))
+    out = np.zeros(x.shape, np.float32)
+    kernel = get("half_widen").host_kernel(node, [x], [out])
+    NativeProgram([kernel]).run()
+    np.testing.assert_array_equal(out, want)
+    out[...] = 0
+    kernel()
+    np.testing.assert_array_equal(out, want)
+
+
+def test_an_operand_several_products_read_is_widened_once(monkeypatch):
+    from mstrain import ops
+    from mstrain.graph import Tracer, compile_graph, tracing
+    from mstrain.ops.math import numpy_matmul
+
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((64, 96)) * np.float32(1 + 2 ** -12)).astype(np.float32)  # not float16 values
+    w = rng.standard_normal((96, 48)).astype(np.float16)
+    g = rng.standard_normal((64, 48)).astype(np.float16)
+
+    def step(x, w, g):
+        x16 = ops.cast(x, ms.float16)
+        h = ops.matmul(x16, w)                              # forward: x @ W
+        return h, ops.matmul(ops.transpose(x16, (1, 0)), g)  # weight gradient: x.T @ g
+
+    def compiled():
+        tracer = Tracer("step")
+        inputs = [tracer.add_input(ms.Tensor(a)) for a in (x, w, g)]
+        with tracing(tracer):
+            outs = step(*inputs)
+            graph = tracer.finish([tracer.output_node(o) for o in outs])
+        optimised, run = compile_graph(graph, fusion=True)
+        return optimised.count(prim="half_widen"), run.run([x, w, g])
+
+    widened, got = compiled()
+    assert widened == 1
+    x16 = x.astype(np.float16)
+    want = [numpy_matmul(x16, w), numpy_matmul(x16.T, g)]
+    monkeypatch.setattr(half_shadow, "share_widened_operands", lambda graph: graph)
+    none, unshared = compiled()
+    assert none == 0
+    for a, b, c in zip(got, unshared, want):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, c)
