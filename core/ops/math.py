@@ -367,12 +367,24 @@ def _(ctx, g):
 def numpy_matmul(x, y):
     """np.matmul of two arrays, float16 as float32 BLAS rounded once: numpy's float16 matmul is a
     scalar loop that accumulates in float32 too (only in another order), tens of times slower.
-    Compiled graphs compute the same float32 product (mstrain.graph.half). A small product runs on
-    one BLAS thread, as in a compiled step (`_blas_thread_policy`)."""
+    Compiled graphs compute the same float32 product (mstrain.graph.half). A 2-D float product with
+    a short side runs on mstrain.kernels.thin_gemm (as in a compiled step); other small products run
+    on one BLAS thread, as in a compiled step (`_blas_thread_policy`)."""
     if x.dtype == np.float16 and y.dtype == np.float16:
-        return numpy_matmul(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
+        return _blas_matmul(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
     if x.dtype.kind not in "fc" or y.dtype.kind not in "fc" or x.ndim == 0 or y.ndim == 0:
         return np.matmul(x, y)
+    if x.ndim == 2 and y.ndim == 2 and x.dtype == y.dtype and x.dtype in (np.float32, np.float64):
+        from ..kernels import thin_gemm
+        out = np.empty((x.shape[0], y.shape[1]), x.dtype)
+        params = thin_gemm.product_params(x, y, out)
+        if params is not None:
+            return thin_gemm.matmul_into(x, y, out, params)
+    return _blas_matmul(x, y)
+
+
+def _blas_matmul(x, y):
+    """np.matmul, a product under the small-work threshold on one BLAS thread."""
     set_threads, get_threads, small_work = _blas_thread_policy()
     if _product_work(x, y) >= small_work:
         return np.matmul(x, y)
