@@ -30,12 +30,15 @@ __all__ = ["product_params", "matmul_into", "c_entry", "suited_shape"]
 # runs here when it has MIN_WORK to MAX_WORK multiply-adds (below, both take a microsecond or two;
 # above, the product runs on all BLAS threads, where packing pays off) and a short side: the batch,
 # at most SHORT_SIDE, as the output's rows or columns or as the summed dimension (a weight gradient).
-# Dot products (a transposed B) need a long sum (DOT_MIN_DEPTH: a sum of 7 terms in 16-lane vectors
-# is mostly padding); broadcast tiles need at least MIN_COLUMNS output columns (one float32 vector).
+# Dot products (a transposed B) need a long sum (DOT_MIN_DEPTH: a sum of 16 terms in 16-lane vectors
+# is one multiply-add per output, 2708 x 64 x 16 ran 4x slower than BLAS); broadcast tiles need at
+# least MIN_COLUMNS output columns (one float32 vector) and ROW_MIN_DEPTH terms per sum (2708 x 16 x 7
+# ran 1.6x slower: the tile's stores dominate).
 SHORT_SIDE = 64
 MIN_WORK, MAX_WORK = float(1 << 17), float(1 << 23)
 DOT_MIN_DEPTH = 256
 MIN_COLUMNS = 16
+ROW_MIN_DEPTH = 32
 _module = []
 
 
@@ -57,7 +60,7 @@ def suited_shape(m, n, k, trans_a, trans_b):
         return False
     if trans_b:
         return min(m, n) <= SHORT_SIDE and k >= DOT_MIN_DEPTH
-    return n >= MIN_COLUMNS and min(m, k) <= SHORT_SIDE
+    return n >= MIN_COLUMNS and k >= ROW_MIN_DEPTH and min(m, n, k) <= SHORT_SIDE
 
 
 def product_params(a, b, out):
