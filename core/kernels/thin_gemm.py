@@ -31,9 +31,10 @@ __all__ = ["product_params", "matmul_into", "c_entry", "suited_shape"]
 # above, the product runs on all BLAS threads, where packing pays off) and a short side: the batch,
 # at most SHORT_SIDE, as the output's rows or columns or as the summed dimension (a weight gradient).
 # Dot products (a transposed B) need a long sum (DOT_MIN_DEPTH: a sum of 16 terms in 16-lane vectors
-# is one multiply-add per output, 2708 x 64 x 16 ran 4x slower than BLAS); broadcast tiles need at
-# least MIN_COLUMNS output columns (one float32 vector) and ROW_MIN_DEPTH terms per sum (2708 x 16 x 7
-# ran 1.6x slower: the tile's stores dominate).
+# is one multiply-add per output, 2708 x 64 x 16 ran 4x slower than BLAS); broadcast tiles need whole
+# vectors of output columns (a multiple of MIN_COLUMNS: the masked last vector made 84 x 120 x 64 1.2x
+# slower than BLAS) and ROW_MIN_DEPTH terms per sum (2708 x 16 x 7 ran 1.6x slower: the tile's stores
+# dominate).
 SHORT_SIDE = 64
 MIN_WORK, MAX_WORK = float(1 << 17), float(1 << 23)
 DOT_MIN_DEPTH = 256
@@ -60,7 +61,7 @@ def suited_shape(m, n, k, trans_a, trans_b):
         return False
     if trans_b:
         return min(m, n) <= SHORT_SIDE and k >= DOT_MIN_DEPTH
-    return n >= MIN_COLUMNS and k >= ROW_MIN_DEPTH and min(m, n, k) <= SHORT_SIDE
+    return n % MIN_COLUMNS == 0 and k >= ROW_MIN_DEPTH and min(m, n, k) <= SHORT_SIDE
 
 
 def product_params(a, b, out):

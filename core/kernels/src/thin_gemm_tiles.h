@@ -62,7 +62,7 @@ void dots(int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b, 
 
 // rows: C[m][n..n+W) = sum over k of A(m, k) * B[k][n..n+W), B row-major, A(m, k) = a[m * a_m + k * a_k]
 // (a plain or a transposed matrix). Each C element is a sum over k in order with fused multiply-adds.
-// The last columns (fewer than W) run as one vector with the lanes past the end masked off.
+// With Masked, the last of the NV vectors holds the last `cols` (< W) columns, its other lanes off.
 template <typename T, int MR, int NV, bool Masked>
 void rows_tile(int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb, T* c, int64_t ldc,
                int cols) {
@@ -73,7 +73,8 @@ void rows_tile(int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int6
     for (int64_t k = 0; k < K; ++k) {
         typename O::V bv[NV];
         const T* bk = b + k * ldb;
-        for (int v = 0; v < NV; ++v) bv[v] = Masked ? O::load_first(bk + v * O::W, cols) : O::load(bk + v * O::W);
+        for (int v = 0; v < NV; ++v)
+            bv[v] = Masked && v == NV - 1 ? O::load_first(bk + v * O::W, cols) : O::load(bk + v * O::W);
         const T* ak = a + k * a_k;
         for (int i = 0; i < MR; ++i) {
             const typename O::V s = O::broadcast(ak[i * a_m]);
@@ -82,7 +83,7 @@ void rows_tile(int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int6
     }
     for (int i = 0; i < MR; ++i)
         for (int v = 0; v < NV; ++v) {
-            if (Masked) O::store_first(c + i * ldc + v * O::W, acc[i][v], cols);
+            if (Masked && v == NV - 1) O::store_first(c + i * ldc + v * O::W, acc[i][v], cols);
             else O::store(c + i * ldc + v * O::W, acc[i][v]);
         }
 }
@@ -97,6 +98,20 @@ void rows_block(int64_t M, int64_t K, const T* a, int64_t a_m, int64_t a_k, cons
     }
 }
 
+// The whole vectors left after the full panels (fewer than NV): one panel of as many, so each B row
+// loaded feeds MR broadcasts.
+template <typename T, int NV>
+void rows_rest(int64_t M, int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb, T* c,
+               int64_t ldc, int64_t vectors) {
+    if constexpr (NV > 1) {
+        if (vectors < NV) {
+            rows_rest<T, NV - 1>(M, K, a, a_m, a_k, b, ldb, c, ldc, vectors);
+            return;
+        }
+    }
+    rows_block<T, kRowTile, NV, false>(M, K, a, a_m, a_k, b, ldb, c, ldc, Ops<T>::W);
+}
+
 template <typename T>
 void rows(int64_t M, int64_t N, int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb, T* c,
           int64_t ldc) {
@@ -105,6 +120,10 @@ void rows(int64_t M, int64_t N, int64_t K, const T* a, int64_t a_m, int64_t a_k,
     // a panel of B's columns stays in cache while every row block of A passes over it
     for (; n + kRowVectors * W <= N; n += kRowVectors * W)
         rows_block<T, kRowTile, kRowVectors, false>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, W);
-    for (; n + W <= N; n += W) rows_block<T, kRowTile, 1, false>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, W);
+    const int64_t vectors = (N - n) / W;
+    if (vectors > 0) rows_rest<T, kRowVectors - 1>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, vectors);
+    n += vectors * W;
+    // the last columns as one masked vector: a masked load in every step of a wider panel ran at
+    // half speed (64 x 120 x 84)
     if (n < N) rows_block<T, kRowTile, 1, true>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, int(N - n));
 }

@@ -105,7 +105,7 @@ def test_the_step_runner_calls_the_same_kernel():
 
 def _train_cell(seed):
     ms.set_seed(seed)
-    net = nn.SequentialCell([nn.Dense(300, 64), nn.ReLU(), nn.Dense(64, 5)])
+    net = nn.SequentialCell([nn.Dense(320, 64), nn.ReLU(), nn.Dense(64, 5)])
     loss = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
     return nn.TrainOneStepCell(loss, nn.Momentum(net.trainable_params(), 0.05, 0.9))
 
@@ -113,7 +113,7 @@ def _train_cell(seed):
 @pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 def test_loop_sink_with_short_side_products_trains_as_eager():
     rng = np.random.default_rng(5)
-    batches = [(rng.standard_normal((32, 300), dtype=np.float32), rng.integers(0, 5, 32)) for _ in range(6)]
+    batches = [(rng.standard_normal((32, 320), dtype=np.float32), rng.integers(0, 5, 32)) for _ in range(6)]
     ms.set_context(mode=ms.PYNATIVE_MODE)
     eager_cell = _train_cell(0)
     eager = [float(eager_cell(ms.Tensor(x), ms.Tensor(y)).asnumpy()) for x, y in batches]
