@@ -61,8 +61,12 @@ struct Ops<double> {
 namespace avx2 {
 constexpr int kDotRows = 2, kDotColumns = 4;    // 8 accumulators of the 16 vector registers
 constexpr int kRowTile = 4, kRowVectors = 2;    // 8 accumulators, 2 B vectors, 1 broadcast
-inline __m256i first_lanes32(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
-inline __m256i first_lanes64(int n) { return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3)); }
+inline __m256i first_lanes32(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline __m256i first_lanes64(int n) {
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+}
 template <typename T>
 struct Ops;
 template <>
