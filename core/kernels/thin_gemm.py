@@ -24,7 +24,7 @@ import numpy as np
 
 from . import kernels_disabled, native_module
 
-__all__ = ["product_params", "matmul_into", "c_entry", "suited_shape"]
+__all__ = ["may_take", "product_params", "matmul_into", "c_entry", "suited_shape"]
 
 # The policy, measured against numpy's OpenBLAS on one thread (benchmarks/thin_gemm.py). A product
 # runs here when it has MIN_WORK to MAX_WORK multiply-adds (below, both take a microsecond or two;
@@ -41,6 +41,7 @@ DOT_MIN_DEPTH = 256
 MIN_COLUMNS = 16
 ROW_MIN_DEPTH = 32
 _module = []
+_FLOATS = {"f": True, "d": True}  # float32, float64 by dtype character
 
 
 def _native():
@@ -64,11 +65,22 @@ def suited_shape(m, n, k, trans_a, trans_b):
     return n % MIN_COLUMNS == 0 and k >= ROW_MIN_DEPTH and min(m, n, k) <= SHORT_SIDE
 
 
+def may_take(a, b):
+    """The cheap part of `product_params` (shapes, dtype, the extension), before an output exists:
+    False rules the product out; an eager product outside the policy pays only this."""
+    if a.ndim != 2 or b.ndim != 2 or not _FLOATS.get(a.dtype.char):
+        return False
+    m, k = a.shape
+    n = b.shape[1]
+    work = float(m) * n * k
+    return MIN_WORK <= work < MAX_WORK and min(m, n, k) <= SHORT_SIDE and _native() is not None
+
+
 def product_params(a, b, out):
     """The gemm parameters (mstrain.graph.native.gemm_params) of out = a @ b when the kernel runs it,
     else None: no extension, not float32/float64, batched, a layout BLAS would not take, or a shape
     outside the policy (`suited_shape`)."""
-    if _native() is None or a.ndim != 2 or b.ndim != 2 or out.ndim != 2:
+    if out.ndim != 2 or not may_take(a, b):
         return None
     from ..graph.native import gemm_params
     params = gemm_params(a, b, out)

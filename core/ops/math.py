@@ -374,13 +374,25 @@ def numpy_matmul(x, y):
         return _blas_matmul(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
     if x.dtype.kind not in "fc" or y.dtype.kind not in "fc" or x.ndim == 0 or y.ndim == 0:
         return np.matmul(x, y)
-    if x.ndim == 2 and y.ndim == 2 and x.dtype == y.dtype and x.dtype in (np.float32, np.float64):
-        from ..kernels import thin_gemm
-        out = np.empty((x.shape[0], y.shape[1]), x.dtype)
-        params = thin_gemm.product_params(x, y, out)
-        if params is not None:
-            return thin_gemm.matmul_into(x, y, out, params)
+    if x.ndim == 2 and y.ndim == 2 and x.dtype == y.dtype and x.shape[1] == y.shape[0]:
+        thin_gemm = _thin_gemm()
+        if thin_gemm.may_take(x, y):  # shapes only: no output yet
+            out = np.empty((x.shape[0], y.shape[1]), x.dtype)
+            params = thin_gemm.product_params(x, y, out)
+            if params is not None:
+                return thin_gemm.matmul_into(x, y, out, params)
     return _blas_matmul(x, y)
+
+
+_THIN = []
+
+
+def _thin_gemm():
+    """mstrain.kernels.thin_gemm, imported on first use (kernels import ops)."""
+    if not _THIN:
+        from ..kernels import thin_gemm
+        _THIN.append(thin_gemm)
+    return _THIN[0]
 
 
 def _blas_matmul(x, y):

@@ -76,6 +76,8 @@ def test_the_policy_takes_batch_shaped_products_and_leaves_the_rest_to_blas():
     tiny = np.ones((8, 8), np.float32)
     assert thin_gemm.product_params(tiny, tiny, np.empty((8, 8), np.float32)) is None        # BLAS is as fast
     assert thin_gemm.product_params(w.T.T.T, x.T, np.empty((784, 32), np.float32)) is None   # both transposed
+    assert thin_gemm.may_take(x, w.T) and not thin_gemm.may_take(tiny, tiny) and not thin_gemm.may_take(big, big)
+    assert not thin_gemm.may_take(x.astype(np.float16), w.T.astype(np.float16))            # float16: BLAS on copies
 
 
 def test_eager_matmul_uses_the_kernel_and_disabling_kernels_gives_numpys_product(monkeypatch):
