@@ -12,7 +12,8 @@ A pair merges when the product is a float32 or float64 `matmul` (float16 product
 conversions, mstrain.graph.half) whose only reader is that kernel, the kernel is elementwise over
 exactly the product's shape, writes no state, and has an output of that shape and dtype (where the
 product is written; a bias add kept for the activation's gradient is one). The numbers are the unmerged
-graph's: the same BLAS call, then the same generated kernel on the same values.
+graph's: the same product call (BLAS or mstrain.kernels.thin_gemm), then the same generated kernel
+on the same values.
 """
 import numpy as np
 

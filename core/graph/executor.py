@@ -24,7 +24,8 @@ _INPLACE_UNSAFE = {"where", "cast"}  # their out= kernels read an input after wr
 
 
 def _attach_gemm(kernel, node, ins, out):
-    """Mark a matrix product the C runner can issue as numpy's own BLAS call (and a sum over
+    """Mark a matrix product the C runner can issue as eager computes it: the short-side kernel
+    (mstrain.kernels.thin_gemm) or numpy's own BLAS call (and a sum over
     leading axes as the same additions in C)."""
     if node.prim.name == "sum_to" and isinstance(ins[0], np.ndarray):
         from .half import attach_half_sum_rows
@@ -42,7 +43,12 @@ def _attach_gemm(kernel, node, ins, out):
     else:
         return
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        from ..kernels import thin_gemm
         from .native import gemm_params
+        thin = thin_gemm.product_params(a, b, out) if a.dtype == b.dtype == out.dtype else None
+        if thin is not None:  # eager's kernel for a product with a short side
+            kernel.native = ("thin_gemm", (a, b, out), thin)
+            return
         params = gemm_params(a, b, out)
         if params is not None:
             kernel.native = ("gemm", (a, b, out), params)

@@ -10,6 +10,8 @@ result against numpy's `x @ W.T` bit for bit), so compiled steps keep eager's nu
 
 The C step runner issues the swapped product as two C calls (numpy's sgemm/dgemm, then the copy);
 the Python path of the kernel is unchanged.
+Where mstrain.kernels.thin_gemm is built it takes these products first (no packing, no copy); this
+layout is what runs without it.
 """
 import ctypes
 

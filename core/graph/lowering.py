@@ -171,7 +171,18 @@ _UFUNC_OUT = (  # ufuncs that take `out` positionally
 for _name, _function in _UFUNC_OUT:
     register_rule("lowering", _name)(_ufunc(_function))
 register_rule("lowering", "matmul")(lambda node, ins, out: None if out.dtype == np.float16  # float32 BLAS:
-                                    else _ufunc(np.matmul)(node, ins, out))            # mstrain.graph.half
+                                    else _matmul_into(node, ins, out))                 # mstrain.graph.half
+
+
+def _matmul_into(node, ins, out):
+    """np.matmul into `out`, or eager's kernel for a product with a short side (thin_gemm)."""
+    from ..kernels import thin_gemm
+    a, b = ins
+    if all(isinstance(x, np.ndarray) and x.dtype == out.dtype for x in ins):
+        params = thin_gemm.product_params(a, b, out)
+        if params is not None:
+            return partial(thin_gemm.matmul_into, a, b, out, params)
+    return _ufunc(np.matmul)(node, ins, out)
 register_rule("lowering", "maximum")(_keyword_out(np.maximum))
 register_rule("lowering", "minimum")(_keyword_out(np.minimum))
 register_rule("lowering", "sum")(_ufunc_reduction(np.add))

@@ -281,12 +281,18 @@ def c_call(native):
     kind = native[0] if native is not None else None
     if kind == "kernel":
         return tuple(native[1:])
-    entry = {"gemm": _Runtime.gemm, "sum_rows": _Runtime.sum_rows}.get(kind)
+    entry = {"gemm": _Runtime.gemm, "sum_rows": _Runtime.sum_rows, "thin_gemm": _thin_gemm_entry()}.get(kind)
     if entry is None:
         return None
     _, arrays, params = native
     pointers = (ctypes.c_void_p * len(arrays))(*[x.ctypes.data for x in arrays])
     return entry, pointers, (ctypes.c_int64 * len(params))(*params)
+
+
+def _thin_gemm_entry():
+    """The C entry of mstrain.kernels.thin_gemm (products with a short side), or None."""
+    from ..kernels import thin_gemm
+    return thin_gemm.c_entry()
 
 
 def runtime():

@@ -73,7 +73,7 @@ def _dense_into(node, ins, out):
     if out.dtype == np.float16:
         return None  # the impl's float32 product (numpy's own float16 matmul is a scalar loop)
     x, weight = ins[0], ins[1]
-    product = partial(np.matmul, x, weight.T, out)
+    product = _product_into(x, weight.T, out)
     if len(ins) == 2:
         return product
     add_bias = partial(np.add, out, ins[2], out)
@@ -85,7 +85,17 @@ def _dense_weight_grad_into(node, ins, out):
     if out.dtype == np.float16:
         return None  # compiled graphs: mstrain.graph.half; else the impl's float32 product
     g, x = ins
-    return partial(np.matmul, g.T, x, out)
+    return _product_into(g.T, x, out)
+
+
+def _product_into(a, b, out):
+    """out = a @ b as eager computes it (numpy_matmul): the short-side kernel or np.matmul."""
+    from ..kernels import thin_gemm
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype == out.dtype:
+        params = thin_gemm.product_params(a, b, out)
+        if params is not None:
+            return partial(thin_gemm.matmul_into, a, b, out, params)
+    return partial(np.matmul, a, b, out)
 
 
 @dense.defexpand

@@ -371,13 +371,37 @@ def _(ctx, g):
 def numpy_matmul(x, y):
     """np.matmul of two arrays, float16 as float32 BLAS rounded once: numpy's float16 matmul is a
     scalar loop that accumulates in float32 too (only in another order), tens of times slower.
-    Compiled graphs compute the same float32 product (mstrain.graph.half). A small product runs on
-    one BLAS thread, as in a compiled step (`_blas_thread_policy`)."""
+    Compiled graphs compute the same float32 product (mstrain.graph.half). A 2-D float product with
+    a short side runs on mstrain.kernels.thin_gemm (as in a compiled step); other small products run
+    on one BLAS thread, as in a compiled step (`_blas_thread_policy`)."""
     if x.dtype == np.float16 and y.dtype == np.float16:
-        from ..kernels.half import astype
-        return astype(numpy_matmul(astype(x, np.float32), astype(y, np.float32)), np.float16)
+        from ..kernels.half import astype  # float16 products stay on BLAS, as the compiled float16 product does
+        return astype(_blas_matmul(astype(x, np.float32), astype(y, np.float32)), np.float16)
     if x.dtype.kind not in "fc" or y.dtype.kind not in "fc" or x.ndim == 0 or y.ndim == 0:
         return np.matmul(x, y)
+    if x.ndim == 2 and y.ndim == 2 and x.dtype == y.dtype and x.shape[1] == y.shape[0]:
+        thin_gemm = _thin_gemm()
+        if thin_gemm.may_take(x, y):  # shapes only: no output yet
+            out = np.empty((x.shape[0], y.shape[1]), x.dtype)
+            params = thin_gemm.product_params(x, y, out)
+            if params is not None:
+                return thin_gemm.matmul_into(x, y, out, params)
+    return _blas_matmul(x, y)
+
+
+_THIN = []
+
+
+def _thin_gemm():
+    """mstrain.kernels.thin_gemm, imported on first use (kernels import ops)."""
+    if not _THIN:
+        from ..kernels import thin_gemm
+        _THIN.append(thin_gemm)
+    return _THIN[0]
+
+
+def _blas_matmul(x, y):
+    """np.matmul, a product under the small-work threshold on one BLAS thread."""
     set_threads, get_threads, small_work = _blas_thread_policy()
     if _product_work(x, y) >= small_work:
         return np.matmul(x, y)

@@ -4,7 +4,8 @@
 e.g. `runner.compiled_calls()[0].executable`) `steps` times, each kernel timed on its own, and returns
 [(label, seconds)] slowest first: each kernel's median over the steps (a mean would charge one kernel
 the times the process was descheduled on a shared machine). Labels name the primitive, or the members of
-a fused kernel, a `[gemm]` mark on products that call BLAS, and the output shape. The step runs on the
+a fused kernel, a `[gemm]` mark on products that call BLAS
+(`[thin]`: mstrain.kernels.thin_gemm), and the output shape. The step runs on the
 bound buffers as they are (parameters are updated as in training), so time a throwaway copy of a run.
 """
 import numpy as np
@@ -22,6 +23,8 @@ def kernel_label(node, kernel):
     if native is not None and native[0] in ("gemm", "steps") and node.op == "call" and \
             node.prim.name in ("matmul", "dense_weight_grad"):
         label += "[gemm]"
+    elif native is not None and native[0] == "thin_gemm":
+        label += "[thin]"
     shape = node.shape if node.shape is not None else node.value.shape if node.op == "fused" else None
     if node.op == "call" and node.prim.name == "half_product_checked":  # a float16 product + overflow flag
         label = f"{node.attrs['product']}[gemm+check]"

@@ -34,7 +34,7 @@ def _floats(*shape):
 
 def test_small_eager_products_run_on_one_blas_thread(observed_threads):
     seen, get_threads = observed_threads
-    ops.matmul(_floats(64, 400), _floats(400, 120))  # 3.1 M multiply-adds
+    ops.matmul(_floats(96, 400), _floats(400, 120))  # 4.6 M multiply-adds, no short side (not thin_gemm)
     ops.matmul(_floats(8, 16, 32), _floats(8, 32, 16))  # batched
     assert seen == [1, 1]
     assert get_threads() == 2  # restored
@@ -52,7 +52,7 @@ def test_large_eager_products_keep_numpy_threads(observed_threads):
 def test_dense_layer_and_its_gradients_use_the_rule(observed_threads):
     seen, _ = observed_threads
     layer = nn.Dense(400, 120)
-    x = _floats(64, 400)
+    x = _floats(96, 400)  # no side under thin_gemm's short side: every product is a BLAS call
     ms.value_and_grad(lambda v: layer(v).sum(), 0, layer.trainable_params())(x)
     assert seen and set(seen) == {1}
     expected = x.asnumpy() @ layer.weight.asnumpy().T + layer.bias.asnumpy()

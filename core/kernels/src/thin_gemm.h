@@ -1,0 +1,139 @@
+// Matrix products with one short side (a training batch of a few dozen rows times a weight), float32
+// and float64, C (M x N, row-major) = A @ B. OpenBLAS packs both operands into its blocked layout on
+// every call; when one side is a batch of 32 rows the packing of a 784 x 128 weight costs as much as
+// the multiply-adds, and its kernels are tuned for large squares. Here nothing is packed: the weight
+// is streamed once from where it lies while the short side stays in registers and L1.
+//   dots: B read transposed (x @ W.T, the forward product of a dense layer): each C element is a dot
+//         product of two rows, vectorised along k (thin_gemm_tiles.h).
+//   rows: B row-major (g.T @ x, the weight gradient; g @ W): each C row block is a sum of broadcast
+//         A elements times B rows, vectorised along n.
+// Compiled for AVX-512 and for AVX2 + FMA, picked at run time (`vector_width`); without either the
+// caller keeps numpy's BLAS. Every C element is computed by the same instructions whatever its tile,
+// so results do not depend on how the output is cut.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace mstrain {
+namespace thin_gemm {
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,fma")
+namespace avx512 {
+constexpr int kDotRows = 4, kDotColumns = 6;    // 24 accumulators of the 32 vector registers
+constexpr int kRowTile = 6, kRowVectors = 4;    // 24 accumulators, 4 B vectors, 1 broadcast
+template <typename T>
+struct Ops;
+template <>
+struct Ops<float> {
+    typedef __m512 V;
+    static constexpr int W = 16;
+    static V zero() { return _mm512_setzero_ps(); }
+    static V load(const float* p) { return _mm512_loadu_ps(p); }
+    static V load_first(const float* p, int n) { return _mm512_maskz_loadu_ps(__mmask16((1u << n) - 1u), p); }
+    static V broadcast(float s) { return _mm512_set1_ps(s); }
+    static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static float sum(V v) { return _mm512_reduce_add_ps(v); }
+    static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+    static void store_first(float* p, V v, int n) { _mm512_mask_storeu_ps(p, __mmask16((1u << n) - 1u), v); }
+};
+template <>
+struct Ops<double> {
+    typedef __m512d V;
+    static constexpr int W = 8;
+    static V zero() { return _mm512_setzero_pd(); }
+    static V load(const double* p) { return _mm512_loadu_pd(p); }
+    static V load_first(const double* p, int n) { return _mm512_maskz_loadu_pd(__mmask8((1u << n) - 1u), p); }
+    static V broadcast(double s) { return _mm512_set1_pd(s); }
+    static V fmadd(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+    static double sum(V v) { return _mm512_reduce_add_pd(v); }
+    static void store(double* p, V v) { _mm512_storeu_pd(p, v); }
+    static void store_first(double* p, V v, int n) { _mm512_mask_storeu_pd(p, __mmask8((1u << n) - 1u), v); }
+};
+#include "thin_gemm_tiles.h"
+}  // namespace avx512
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+constexpr int kDotRows = 2, kDotColumns = 4;    // 8 accumulators of the 16 vector registers
+constexpr int kRowTile = 4, kRowVectors = 2;    // 8 accumulators, 2 B vectors, 1 broadcast
+inline __m256i first_lanes32(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline __m256i first_lanes64(int n) {
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+}
+template <typename T>
+struct Ops;
+template <>
+struct Ops<float> {
+    typedef __m256 V;
+    static constexpr int W = 8;
+    static V zero() { return _mm256_setzero_ps(); }
+    static V load(const float* p) { return _mm256_loadu_ps(p); }
+    static V load_first(const float* p, int n) { return _mm256_maskload_ps(p, first_lanes32(n)); }
+    static V broadcast(float s) { return _mm256_set1_ps(s); }
+    static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static float sum(V v) {  // (0+4, 1+5, 2+6, 3+7), then pairs, then the last two
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    }
+    static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+    static void store_first(float* p, V v, int n) { _mm256_maskstore_ps(p, first_lanes32(n), v); }
+};
+template <>
+struct Ops<double> {
+    typedef __m256d V;
+    static constexpr int W = 4;
+    static V zero() { return _mm256_setzero_pd(); }
+    static V load(const double* p) { return _mm256_loadu_pd(p); }
+    static V load_first(const double* p, int n) { return _mm256_maskload_pd(p, first_lanes64(n)); }
+    static V broadcast(double s) { return _mm256_set1_pd(s); }
+    static V fmadd(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+    static double sum(V v) {
+        const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+        return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    }
+    static void store(double* p, V v) { _mm256_storeu_pd(p, v); }
+    static void store_first(double* p, V v, int n) { _mm256_maskstore_pd(p, first_lanes64(n), v); }
+};
+#include "thin_gemm_tiles.h"
+}  // namespace avx2
+#pragma GCC pop_options
+
+// 512 (AVX-512), 256 (AVX2 + FMA) or 0 (neither: the caller uses BLAS).
+inline int vector_bits() {
+    static const int bits = (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) ? 512
+                            : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))     ? 256
+                                                                                                    : 0;
+    return bits;
+}
+
+// C (M x N, ldc) = A @ B. A(m, k) = a[m * lda + k] (trans_a false) or a[k * lda + m]; B(k, n) =
+// b[k * ldb + n] (trans_b false) or b[n * ldb + k]. Returns false (nothing written) for a layout it
+// does not take (both transposed) or a machine without AVX2. `bits` 256 runs the AVX2 tiles on an
+// AVX-512 machine (tests); 0 picks the widest.
+template <typename T>
+bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T* c, int64_t ldc, int bits = 0) {
+    const int widest = vector_bits();
+    bits = bits == 0 || bits > widest ? widest : bits;
+    if (bits == 0 || (trans_a && trans_b)) return false;
+    const int64_t a_m = trans_a ? 1 : lda, a_k = trans_a ? lda : 1;
+    if (trans_b) {
+        if (bits == 512) avx512::dots<T>(M, N, K, a, lda, b, ldb, c, ldc);
+        else avx2::dots<T>(M, N, K, a, lda, b, ldb, c, ldc);
+    } else {
+        if (bits == 512) avx512::rows<T>(M, N, K, a, a_m, a_k, b, ldb, c, ldc);
+        else avx2::rows<T>(M, N, K, a, a_m, a_k, b, ldb, c, ldc);
+    }
+    return true;
+}
+
+}  // namespace thin_gemm
+}  // namespace mstrain

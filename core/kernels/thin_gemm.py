@@ -1,0 +1,106 @@
+"""Matrix products with one short side (a batch of a few dozen rows times a weight) without BLAS.
+
+OpenBLAS packs both operands into its blocked layout on every call. For a dense layer's products
+in training, one side is the batch (32 rows) and the other a weight (784 x 128): packing the weight
+costs about as much as the multiply-adds, and its tuned kernels reach half the machine's
+multiply-add rate on such shapes. The C++ kernel (src/thin_gemm.h) packs nothing: the forward
+product x @ W.T is row-by-row dot products streaming the weight once, the gradients g.T @ x and
+g @ W are broadcast-times-row tiles; AVX-512 or AVX2 + FMA, chosen at run time.
+
+Eager products (mstrain.ops.math.numpy_matmul) and compiled steps (the step runner's C call, the
+Python fallback of a compiled product) take the same decision (`product_params`) and call the same
+machine code, so a compiled step keeps eager's numbers. The sums run in another order than BLAS's:
+results differ from np.matmul by rounding (a few ulps of the sum of absolute products), and do not
+depend on the thread count (one thread). Without the extension, on a machine without AVX2, with
+MSTRAIN_DISABLE_KERNELS=1, or for shapes outside the policy, np.matmul runs.
+
+>>> import numpy as np
+>>> from mstrain.kernels import thin_gemm
+>>> x, w = np.ones((32, 784), np.float32), np.ones((128, 784), np.float32)
+>>> float(thin_gemm.matmul_into(x, w.T, np.empty((32, 128), np.float32))[0, 0])
+784.0
+"""
+import numpy as np
+
+from . import kernels_disabled, native_module
+
+__all__ = ["may_take", "product_params", "matmul_into", "c_entry", "suited_shape"]
+
+# The policy, measured against numpy's OpenBLAS on one thread (benchmarks/thin_gemm.py). A product
+# runs here when it has MIN_WORK to MAX_WORK multiply-adds (below, both take a microsecond or two;
+# above, the product runs on all BLAS threads, where packing pays off) and a short side: the batch,
+# at most SHORT_SIDE, as the output's rows or columns or as the summed dimension (a weight gradient).
+# Dot products (a transposed B) need a long sum (DOT_MIN_DEPTH: a sum of 16 terms in 16-lane vectors
+# is one multiply-add per output, 2708 x 64 x 16 ran 4x slower than BLAS); broadcast tiles need whole
+# vectors of output columns (a multiple of MIN_COLUMNS: the masked last vector made 84 x 120 x 64 1.2x
+# slower than BLAS) and ROW_MIN_DEPTH terms per sum (2708 x 16 x 7 ran 1.6x slower: the tile's stores
+# dominate).
+SHORT_SIDE = 64
+MIN_WORK, MAX_WORK = float(1 << 17), float(1 << 23)
+DOT_MIN_DEPTH = 256
+MIN_COLUMNS = 16
+ROW_MIN_DEPTH = 32
+_module = []
+_FLOATS = {"f": True, "d": True}  # float32, float64 by dtype character
+
+
+def _native():
+    """The extension module when it is built and usable on this CPU, else None."""
+    if kernels_disabled():
+        return None
+    if not _module:
+        module = native_module("mstrain", "thin_gemm")
+        _module.append(module if module is not None and module.thin_gemm_bits() > 0 else None)
+    return _module[0]
+
+
+def suited_shape(m, n, k, trans_a, trans_b):
+    """True when the product (m x k) @ (k x n) in this layout (A and B read transposed or not) is
+    one the kernel takes and, by the policy above, runs faster than BLAS."""
+    work = float(m) * n * k
+    if (trans_a and trans_b) or not MIN_WORK <= work < MAX_WORK:
+        return False
+    if trans_b:
+        return min(m, n) <= SHORT_SIDE and k >= DOT_MIN_DEPTH
+    return n % MIN_COLUMNS == 0 and k >= ROW_MIN_DEPTH and min(m, n, k) <= SHORT_SIDE
+
+
+def may_take(a, b):
+    """The cheap part of `product_params` (shapes, dtype, the extension), before an output exists:
+    False rules the product out; an eager product outside the policy pays only this."""
+    if a.ndim != 2 or b.ndim != 2 or not _FLOATS.get(a.dtype.char):
+        return False
+    m, k = a.shape
+    n = b.shape[1]
+    work = float(m) * n * k
+    return MIN_WORK <= work < MAX_WORK and min(m, n, k) <= SHORT_SIDE and _native() is not None
+
+
+def product_params(a, b, out):
+    """The gemm parameters (mstrain.graph.native.gemm_params) of out = a @ b when the kernel runs it,
+    else None: no extension, not float32/float64, batched, a layout BLAS would not take, or a shape
+    outside the policy (`suited_shape`)."""
+    if out.ndim != 2 or not may_take(a, b):
+        return None
+    from ..graph.native import gemm_params
+    params = gemm_params(a, b, out)
+    if params is None or not suited_shape(params[3], params[4], params[5], params[1], params[2]):
+        return None
+    return params
+
+
+def matmul_into(a, b, out, params=None):
+    """out = a @ b (2-D, same float dtype), here when `product_params` says so (or `params`, its
+    answer for these arrays, is given), else np.matmul."""
+    if params is None:
+        params = product_params(a, b, out)
+    if params is None:
+        return np.matmul(a, b, out=out)
+    _native().thin_gemm_into(a, b, out, params)
+    return out
+
+
+def c_entry():
+    """Address of the C entry `void ms_thin_gemm(void** {A, B, C}, const int64_t* params)`, or None."""
+    module = _native()
+    return None if module is None else module.thin_gemm_c_entry()
