@@ -9,6 +9,7 @@
 //     forward      out_grid (O x OH*Wp)  = sum_t W[:, :, t] (O x C) @ shift_t(x_padded) (C x OH*Wp)
 //     input grad   dx_grid  (C x H*Wq)   = sum_t W[:, :, T-1-t]^T (C x O) @ shift_t(grad_padded) (O x H*Wq)
 //     filter grad  dW[:, :, t]^T (C x O) = sum over samples of shift_t(x_padded) (C x OH*Wp) @ grad_grid^T
+//                  (at most 16 output channels on large planes: positions in the lanes, conv_filter_lanes.h)
 // Sums run in a fixed order (taps, then channels; the filter gradient in fixed blocks of samples), so
 // the results do not depend on the thread count.
 // Included by conv.cpp after for_each_chunk, max_slots and kFilterBlock, which it uses.
@@ -291,9 +292,12 @@ inline void backward_input(const float* grad, const float* w, float* dx, const G
 // (a 3x3 stem) too few rows keep the FMA units busy, and im2col's single product wins.
 inline bool one_channel_rows(const Geometry& g) { return g.c == 1 && g.sw == 1 && g.kw >= 4; }
 
+#include "conv_filter_lanes.h"
+
 // Per block of kFilterBlock samples, per tap: dW_t^T (C x O) += shift_t(x_padded) @ grad_grid^T, with
-// grad_grid^T (OH*Wp x O) zero in the junk rows; the blocks are summed in order.
+// grad_grid^T (OH*Wp x O) zero in the junk rows; the blocks are summed in order (large planes: by lanes).
 inline void backward_filter(const float* x, const float* grad, float* dw, const Geometry& g, int64_t o) {
+    if (filter_by_lanes(g, o)) return backward_filter_lanes(x, grad, dw, g, o);
     const PaddedPlanes pad = forward_planes(g);
     const int64_t taps = g.kh * g.kw, grid = g.oh * pad.cols, per_slot = g.c * pad.stride + grid * o;
     const int64_t blocks = (g.n + kFilterBlock - 1) / kFilterBlock, part = taps * g.c * o;
