@@ -92,12 +92,12 @@ inline void backward_filter_lanes(const float* x, const float* grad, float* dw, 
     const int64_t x_stride = std::max(planes.stride, *std::max_element(planes.tap_at.begin(), planes.tap_at.end()) + g_stride);
     PaddedPlanes wide = planes;
     wide.stride = x_stride;
-    const int64_t per_slot = kLaneSamples * (g.c * x_stride + o * g_stride);
+    const int64_t per_slot = whole_lines(kLaneSamples * g.c * x_stride) + kLaneSamples * o * g_stride;
     const int64_t blocks = (g.n + kLaneSamples - 1) / kLaneSamples, part = taps * g.c * o;
-    std::vector<float> work(max_slots() * per_slot, 0.0f), parts(blocks * part);
+    Floats work(max_slots() * per_slot, 0.0f), parts(blocks * part);
     for_each_chunk(g.n, kLaneSamples, [&](int64_t n0, int64_t b, int slot) {
         float* xb = work.data() + slot * per_slot;
-        float* gb = xb + kLaneSamples * g.c * x_stride;
+        float* gb = xb + whole_lines(kLaneSamples * g.c * x_stride);
         for (int64_t s = 0; s < b; ++s) {
             fill_forward_planes(x + (n0 + s) * g.c * g.in_plane(), g, wide, xb + s * g.c * x_stride);
             const float* gs = grad + (n0 + s) * o * g.out_plane();
