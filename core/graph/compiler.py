@@ -2,7 +2,7 @@
 
     traced graph
       -> dce, fold, simplify, cse, dce        (always)
-      -> expand, cse, fuse                    (graph kernel fusion: enable_graph_kernel and a compiler)
+      -> expand, cse, bn_relu, fuse           (graph kernel fusion: enable_graph_kernel and a compiler)
       -> Executable (memory plan + numpy / generated C++ kernels)
 
 With MSTRAIN_DUMP_IR=<dir> (or set_context(save_graphs=True)) every graph is written as text
@@ -26,6 +26,7 @@ PASSES = [
 
 
 def _kernel_passes():
+    from .conv_fusion import fuse_batch_norm_relu
     from .epilogue import fuse_gemm_epilogues
     from .fusion import expand_composites, fuse_kernels
     from .half import fold_operand_casts, recompute_widened_halves
@@ -43,6 +44,7 @@ def _kernel_passes():
         ("half_shadows", shadow_half_weights),      # products read master weights rounded by their update
         ("half_checks", fold_overflow_checks),      # overflow checks: a flag the product sets as it rounds
         ("dce", dead_code_elimination),             # the float16 casts and values nothing reads any more
+        ("bn_relu", fuse_batch_norm_relu),          # BN -> (add ->) ReLU: one call writing the ReLU's output
         ("fuse", fuse_kernels),                     # elementwise / row-reduction groups -> one C++ kernel each
         ("dce", dead_code_elimination),
         ("epilogue", fuse_gemm_epilogues),          # a product and the elementwise kernel reading it: one node

@@ -1,8 +1,10 @@
 """Batch normalisation in training mode as two fused passes over an (N, C, *spatial) array.
 
-    batch_norm_forward(x, gamma, beta, moving_mean, moving_var, eps, momentum)  -> (y, mean, var)
+    batch_norm_forward(x, gamma, beta, moving_mean, moving_var, eps, momentum, residual=None, relu=False)
+                                                                                -> (y, mean, var)
         mean, var: the batch mean and biased variance of each channel (over every axis but 1);
-        y = (x - mean) / sqrt(var + eps) * gamma + beta; moving_mean and moving_var are updated in
+        y = (x - mean) / sqrt(var + eps) * gamma + beta (+ residual, an array shaped like x), then
+        max(y, 0) when `relu` (a network's BN -> add -> ReLU in the pass that writes y); moving_mean and moving_var are updated in
         place as moving = momentum * moving + (1 - momentum) * batch (MindSpore's momentum, the weight
         of the old value; the variance moved is the unbiased one, var * count / (count - 1)).
     batch_norm_backward(x, gy, gamma, eps)                                      -> (gx, ggamma, gbeta)
@@ -34,12 +36,16 @@ def _per_channel(x, values):
     return np.reshape(values, (1, -1) + (1,) * (x.ndim - 2))
 
 
-def reference_batch_norm_forward(x, gamma, beta, moving_mean, moving_var, eps, momentum):
+def reference_batch_norm_forward(x, gamma, beta, moving_mean, moving_var, eps, momentum, residual=None, relu=False):
     axes = _axes(x)
     mean = x.mean(axis=axes)
     centered = x - _per_channel(x, mean)
     var = np.mean(centered * centered, axis=axes)
     y = centered / np.sqrt(_per_channel(x, var) + eps) * _per_channel(x, gamma) + _per_channel(x, beta)
+    if residual is not None:
+        y = y + residual
+    if relu:
+        y = np.maximum(y, 0)
     count = x.size // max(x.shape[1], 1)
     moving_mean *= momentum
     moving_mean += (1.0 - momentum) * mean
@@ -96,16 +102,26 @@ def _copy_into(out, results):
     return tuple(out)
 
 
-def batch_norm_forward(x, gamma, beta, moving_mean, moving_var, eps=1e-5, momentum=0.9, out=None):
-    """(y, mean, var) of a training-mode batch norm; moving_mean / moving_var move in place."""
+def batch_norm_forward(x, gamma, beta, moving_mean, moving_var, eps=1e-5, momentum=0.9, out=None, residual=None,
+                       relu=False):
+    """(y, mean, var) of a training-mode batch norm (+ residual, then ReLU when asked); moving_mean /
+    moving_var move in place."""
     x = np.asarray(x)
     _check(x, {"gamma": gamma, "beta": beta, "moving_mean": moving_mean, "moving_var": moving_var},
            "batch_norm_forward")
-    native = _native_for("batch_norm_forward", [x, gamma, beta, moving_mean, moving_var])
+    operands = [x, gamma, beta, moving_mean, moving_var]
+    if residual is not None:
+        residual = np.asarray(residual)
+        if residual.shape != x.shape:
+            raise ShapeError(f"batch_norm_forward: residual has shape {residual.shape}, x {x.shape}")
+        operands.append(residual if residual.flags.c_contiguous else np.ascontiguousarray(residual))
+    native = _native_for("batch_norm_forward", operands)
     if native is None:
-        return _copy_into(out, reference_batch_norm_forward(x, gamma, beta, moving_mean, moving_var, eps, momentum))
+        return _copy_into(out, reference_batch_norm_forward(x, gamma, beta, moving_mean, moving_var, eps, momentum,
+                                                            residual, relu))
     y, mean, var = _outputs(out, (x.shape, (x.shape[1],), (x.shape[1],)), x.dtype, "batch_norm_forward")
-    native(x, gamma, beta, moving_mean, moving_var, y, mean, var, float(eps), float(momentum))
+    native(x, gamma, beta, moving_mean, moving_var, y, mean, var, float(eps), float(momentum),
+           operands[5] if residual is not None else None, bool(relu))
     return y, mean, var
 
 
@@ -124,6 +140,7 @@ def batch_norm_backward(x, gy, gamma, eps=1e-5, out=None):
 
 
 def c_entry(name):
-    """Address of the C entry of `batch_norm_forward` / `batch_norm_backward`, or None."""
+    """Address of the C entry of `batch_norm_forward` / `batch_norm_backward` / `batch_norm_act_forward`
+    (the forward pass with a residual, null for none, and a ReLU flag), or None."""
     entry = _native("norm_c_entry")
     return None if entry is None else entry(name)

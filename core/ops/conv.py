@@ -27,7 +27,8 @@ from .primitive import defop
 
 __all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "max_pool2d", "max_pool2d_grad",
            "max_pool2d_select", "avg_pool2d", "avg_pool2d_grad", "conv_output_size", "same_padding",
-           "update_moving_average", "batch_norm_train", "batch_norm_train_grad"]
+           "update_moving_average", "batch_norm_train", "batch_norm_train_grad",
+           "batch_norm_relu_train", "batch_norm_add_relu_train"]
 
 
 def conv_output_size(size, kernel, stride, pad_before, pad_after, dilation=1):
@@ -266,10 +267,10 @@ def _native_call(kernel, entry, arrays, params):
     directly; `params` are int64 values (floats travel as their double's bits)."""
     if entry is None:
         return kernel
-    pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+    pointers = (ctypes.c_void_p * len(arrays))(*[None if a is None else a.ctypes.data for a in arrays])
     values = (ctypes.c_int64 * len(params))(*params)
     kernel.native = ("kernel", entry, pointers, values)
-    kernel.keep = arrays
+    kernel.keep = [a for a in arrays if a is not None]
     return kernel
 
 
@@ -289,15 +290,35 @@ def batch_norm_train(x, gamma, beta, moving_mean, moving_var, eps=1e-5, momentum
     (x - batch mean) / sqrt(batch var + eps) * gamma + beta; moving_mean and moving_var are moved in
     place, moving = momentum * moving + (1 - momentum) * batch (MindSpore's momentum; the unbiased
     batch variance)."""
+    return _bn_train(x, gamma, beta, moving_mean, moving_var, eps, momentum)
+
+
+def _bn_train(x, gamma, beta, moving_mean, moving_var, eps, momentum, residual=None, relu=False):
     (xc, g, b), dtype = _bn_arrays((x, gamma, beta))
+    act = {"relu": relu} if residual is None else {"relu": relu, "residual": np.ascontiguousarray(residual, dtype)}
     if moving_mean.dtype == dtype and moving_var.dtype == dtype:
-        y, _, _ = _kn.batch_norm_forward(xc, g, b, moving_mean, moving_var, eps, momentum)
+        y, _, _ = _kn.batch_norm_forward(xc, g, b, moving_mean, moving_var, eps, momentum, **act)
     else:  # statistics kept in another precision than x (float16 networks): move them through a copy
         states = [moving_mean.astype(dtype), moving_var.astype(dtype)]
-        y, _, _ = _kn.batch_norm_forward(xc, g, b, *states, eps, momentum)
+        y, _, _ = _kn.batch_norm_forward(xc, g, b, *states, eps, momentum, **act)
         np.copyto(moving_mean, states[0], casting="unsafe")
         np.copyto(moving_var, states[1], casting="unsafe")
     return y.astype(np.result_type(x, gamma, beta), copy=False)
+
+
+# A compiled step's BN -> ReLU and BN -> add -> ReLU, fused after differentiation by
+# graph/conv_fusion.py (the ReLU's gradient then reads its output, whose sign is the input's): the
+# activation happens in the pass that writes the batch norm's output.
+@defop("batch_norm_relu_train", differentiable=False, mutates=(3, 4), attrs=("eps", "momentum"))
+def batch_norm_relu_train(x, gamma, beta, moving_mean, moving_var, eps=1e-5, momentum=0.9):
+    """relu(batch_norm_train(x, ...)) in one pass (moving statistics moved as batch_norm_train's)."""
+    return _bn_train(x, gamma, beta, moving_mean, moving_var, eps, momentum, relu=True)
+
+
+@defop("batch_norm_add_relu_train", differentiable=False, mutates=(3, 4), attrs=("eps", "momentum"))
+def batch_norm_add_relu_train(x, gamma, beta, moving_mean, moving_var, residual, eps=1e-5, momentum=0.9):
+    """relu(batch_norm_train(x, ...) + residual) in one pass; residual is shaped like x."""
+    return _bn_train(x, gamma, beta, moving_mean, moving_var, eps, momentum, residual=residual, relu=True)
 
 
 @batch_norm_train.defvjp
@@ -358,6 +379,29 @@ def _(node, ins, out):
     params = [int(x.dtype == np.float64), *_bn_shape(x), _double_bits(eps), _double_bits(momentum)]
     return _native_call(kernel, _kn.c_entry("batch_norm_forward"),
                         [x, gamma, beta, moving_mean, moving_var, out, mean, var], params)
+
+
+@batch_norm_relu_train.deflowering
+def _(node, ins, out):
+    return _bn_act_lowering(node, ins[:5], None, out)
+
+
+@batch_norm_add_relu_train.deflowering
+def _(node, ins, out):
+    return _bn_act_lowering(node, ins[:5], ins[5], out)
+
+
+def _bn_act_lowering(node, ins, residual, out):
+    x, gamma, beta, moving_mean, moving_var = ins
+    if not _bn_ready([out, x, gamma, beta, moving_mean, moving_var] + ([] if residual is None else [residual])):
+        return None
+    eps, momentum = node.attrs["eps"], node.attrs["momentum"]
+    mean, var = np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype)  # statistics not kept
+    kernel = partial(_kn.batch_norm_forward, x, gamma, beta, moving_mean, moving_var, eps, momentum,
+                     out=(out, mean, var), residual=residual, relu=True)
+    params = [int(x.dtype == np.float64), *_bn_shape(x), _double_bits(eps), _double_bits(momentum), 1]
+    return _native_call(kernel, _kn.c_entry("batch_norm_act_forward"),
+                        [x, gamma, beta, moving_mean, moving_var, out, mean, var, residual], params)
 
 
 @batch_norm_train_grad.deflowering

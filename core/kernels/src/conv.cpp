@@ -406,7 +406,9 @@ void conv_forward(const T* x, const T* w, T* out, const Geometry& g, int64_t o, 
 template <typename T>
 void conv_backward_filter(const T* x, const T* grad, T* dw, const Geometry& g, int64_t o, int64_t groups) {
     if constexpr (sizeof(T) == 4) {
-        if (use_direct(x, g, groups, Pass::filter)) return direct::backward_filter(x, grad, dw, g, o);
+        // by lanes also on narrow stems (a 3x3 kernel on one channel): the products' rows are the taps
+        const bool lanes = direct::usable(g, groups) && direct::filter_by_lanes(g, o);
+        if (lanes || use_direct(x, g, groups, Pass::filter)) return direct::backward_filter(x, grad, dw, g, o);
         if (use_small_gemm(x, g, true)) return conv_backward_filter_small(x, grad, dw, g, o, groups);
     }
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);

@@ -9,13 +9,16 @@
 //     forward      out_grid (O x OH*Wp)  = sum_t W[:, :, t] (O x C) @ shift_t(x_padded) (C x OH*Wp)
 //     input grad   dx_grid  (C x H*Wq)   = sum_t W[:, :, T-1-t]^T (C x O) @ shift_t(grad_padded) (O x H*Wq)
 //     filter grad  dW[:, :, t]^T (C x O) = sum over samples of shift_t(x_padded) (C x OH*Wp) @ grad_grid^T
+//                  (at most 16 output channels on large planes: positions in the lanes, conv_filter_lanes.h)
 // Sums run in a fixed order (taps, then channels; the filter gradient in fixed blocks of samples), so
 // the results do not depend on the thread count.
 // Included by conv.cpp after for_each_chunk, max_slots and kFilterBlock, which it uses.
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -24,6 +27,29 @@
 
 namespace mstrain {
 namespace direct {
+
+// Buffers on cache-line boundaries: a packed weight row or a plane row of 16 floats is then one line, not
+// two halves of neighbouring lines for every vector load.
+template <typename T>
+struct LineAligned {
+    typedef T value_type;
+    LineAligned() = default;
+    template <typename U>
+    LineAligned(const LineAligned<U>&) {}
+    T* allocate(size_t n) {
+        void* p = std::aligned_alloc(64, ((n * sizeof(T) + 63) / 64) * 64);
+        if (!p) throw std::bad_alloc();
+        return static_cast<T*>(p);
+    }
+    void deallocate(T* p, size_t) { std::free(p); }
+    template <typename U>
+    bool operator==(const LineAligned<U>&) const { return true; }
+    template <typename U>
+    bool operator!=(const LineAligned<U>&) const { return false; }
+};
+typedef std::vector<float, LineAligned<float>> Floats;
+
+inline int64_t whole_lines(int64_t floats) { return (floats + 15) / 16 * 16; }
 
 // Per channel `stride` floats holding planes of rows x cols, and where each window tap's shifted plane
 // starts. The reads of a row's last columns run past it by less than a row (junk columns only).
@@ -123,8 +149,8 @@ inline bool usable_for_input_grad(const Geometry& g, int64_t groups) {
 // The weights tap-major: w_t[t] is (O x C) when `o_rows`, else (C x O), holding w[o, c, tap t], or tap
 // kh*kw-1-t when `flip` (the input gradient's kernel). Each tap's operand is then unit-stride rows (read
 // in place at a stride of kh * kw floats, the GEMM stalls on the L2).
-inline std::vector<float> tap_major(const float* w, int64_t o, int64_t c, int64_t taps, bool o_rows, bool flip) {
-    std::vector<float> packed(taps * o * c);
+inline Floats tap_major(const float* w, int64_t o, int64_t c, int64_t taps, bool o_rows, bool flip) {
+    Floats packed(taps * o * c);
     for (int64_t oc = 0; oc < o; ++oc) {
         for (int64_t ch = 0; ch < c; ++ch) {
             for (int64_t t = 0; t < taps; ++t) {
@@ -175,13 +201,13 @@ inline void copy_out(const float* acc, int64_t channels, int64_t h, int64_t w, i
 
 inline void forward(const float* x, const float* w, float* out, const Geometry& g, int64_t o) {
     const PaddedPlanes pad = forward_planes(g);
-    const int64_t taps = g.kh * g.kw, grid = g.oh * pad.cols, per_slot = g.c * pad.stride + o * grid;
+    const int64_t taps = g.kh * g.kw, grid = g.oh * pad.cols, per_slot = whole_lines(g.c * pad.stride) + whole_lines(o * grid);
     const bool transposed = positions_as_rows(grid, o);
-    const std::vector<float> w_t = tap_major(w, o, g.c, taps, !transposed, false);
-    std::vector<float> work(max_slots() * per_slot, 0.0f);
+    const Floats w_t = tap_major(w, o, g.c, taps, !transposed, false);
+    Floats work(max_slots() * per_slot, 0.0f);
     for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
         float* xp = work.data() + slot * per_slot;
-        float* acc = xp + g.c * pad.stride;
+        float* acc = xp + whole_lines(g.c * pad.stride);
         fill_forward_planes(x + n0 * g.c * g.in_plane(), g, pad, xp);
         shifted_products(w_t.data(), o, g.c, xp, pad, g.oh, g.ow, acc, transposed);
         copy_out(acc, o, g.oh, g.ow, pad.cols, out + n0 * o * g.out_plane(), transposed);
@@ -239,12 +265,12 @@ inline void backward_input_phases(const float* grad, const float* w, float* dx, 
             }
         }
     }
-    const std::vector<float> w_t = tap_major(w, o, g.c, taps, false, false);  // per tap (C x O)
-    const int64_t per_slot = o * pad.stride + g.c * max_grid;
-    std::vector<float> work(max_slots() * per_slot, 0.0f);
+    const Floats w_t = tap_major(w, o, g.c, taps, false, false);  // per tap (C x O)
+    const int64_t per_slot = whole_lines(o * pad.stride) + whole_lines(g.c * max_grid);
+    Floats work(max_slots() * per_slot, 0.0f);
     for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
         float* gp = work.data() + slot * per_slot;
-        float* acc = gp + o * pad.stride;
+        float* acc = gp + whole_lines(o * pad.stride);
         float* dxs = dx + n0 * g.c * g.in_plane();
         copy_interior(grad + n0 * o * g.out_plane(), o, g.oh, g.ow, gp, pad, top, left);
         for (int64_t ph = 0; ph < phases; ++ph) {
@@ -273,13 +299,13 @@ inline void backward_input(const float* grad, const float* w, float* dx, const G
     if (g.sh != 1 || g.sw != 1) return backward_input_phases(grad, w, dx, g, o);
     const int64_t span_h = (g.kh - 1) * g.dh, span_w = (g.kw - 1) * g.dw;
     const PaddedPlanes pad = input_grad_planes(g);
-    const int64_t taps = g.kh * g.kw, grid = g.h * pad.cols, per_slot = o * pad.stride + g.c * grid;
+    const int64_t taps = g.kh * g.kw, grid = g.h * pad.cols, per_slot = whole_lines(o * pad.stride) + whole_lines(g.c * grid);
     const bool transposed = positions_as_rows(grid, g.c);
-    const std::vector<float> w_t = tap_major(w, o, g.c, taps, transposed, true);
-    std::vector<float> work(max_slots() * per_slot, 0.0f);
+    const Floats w_t = tap_major(w, o, g.c, taps, transposed, true);
+    Floats work(max_slots() * per_slot, 0.0f);
     for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
         float* gp = work.data() + slot * per_slot;
-        float* acc = gp + o * pad.stride;
+        float* acc = gp + whole_lines(o * pad.stride);
         copy_interior(grad + n0 * o * g.out_plane(), o, g.oh, g.ow, gp, pad, span_h - g.pt, span_w - g.pl);
         shifted_products(w_t.data(), g.c, o, gp, pad, g.h, g.w, acc, transposed);
         copy_out(acc, g.c, g.h, g.w, pad.cols, dx + n0 * g.c * g.in_plane(), transposed);
@@ -291,16 +317,19 @@ inline void backward_input(const float* grad, const float* w, float* dx, const G
 // (a 3x3 stem) too few rows keep the FMA units busy, and im2col's single product wins.
 inline bool one_channel_rows(const Geometry& g) { return g.c == 1 && g.sw == 1 && g.kw >= 4; }
 
+#include "conv_filter_lanes.h"
+
 // Per block of kFilterBlock samples, per tap: dW_t^T (C x O) += shift_t(x_padded) @ grad_grid^T, with
-// grad_grid^T (OH*Wp x O) zero in the junk rows; the blocks are summed in order.
+// grad_grid^T (OH*Wp x O) zero in the junk rows; the blocks are summed in order (large planes: by lanes).
 inline void backward_filter(const float* x, const float* grad, float* dw, const Geometry& g, int64_t o) {
+    if (filter_by_lanes(g, o)) return backward_filter_lanes(x, grad, dw, g, o);
     const PaddedPlanes pad = forward_planes(g);
-    const int64_t taps = g.kh * g.kw, grid = g.oh * pad.cols, per_slot = g.c * pad.stride + grid * o;
+    const int64_t taps = g.kh * g.kw, grid = g.oh * pad.cols, per_slot = whole_lines(g.c * pad.stride) + whole_lines(grid * o);
     const int64_t blocks = (g.n + kFilterBlock - 1) / kFilterBlock, part = taps * g.c * o;
-    std::vector<float> work(max_slots() * per_slot, 0.0f), parts(blocks * part);
+    Floats work(max_slots() * per_slot, 0.0f), parts(blocks * part);
     for_each_chunk(g.n, kFilterBlock, [&](int64_t n0, int64_t b, int slot) {
         float* xp = work.data() + slot * per_slot;
-        float* grad_t = xp + g.c * pad.stride;
+        float* grad_t = xp + whole_lines(g.c * pad.stride);
         float* dw_t = parts.data() + (n0 / kFilterBlock) * part;
         for (int64_t s = 0; s < b; ++s) {
             fill_forward_planes(x + (n0 + s) * g.c * g.in_plane(), g, pad, xp);

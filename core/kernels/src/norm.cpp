@@ -5,6 +5,8 @@
 //             the running statistics moved in place, MindSpore's way (momentum weights the old value,
 //             the variance is the unbiased one);
 //   backward: gamma and beta gradients and the input gradient (the batch statistics recomputed).
+// The forward pass can end in a residual add and a ReLU, y = max(bn(x) + residual, 0), in its output
+// loop (a ResNet's BN -> ReLU and BN -> add -> ReLU: one write instead of a write, a read and a write).
 // Channels are independent: a thread takes whole channels, so results do not depend on the thread
 // count. Each row is summed in T (vectorised), the rows in double. Each pass has a pybind11 entry
 // (eager) and a C entry `void f(void** pointers, const int64_t* params)` the compiled step loop calls
@@ -12,6 +14,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
+
+#include <pybind11/stl.h>
 
 #include "dispatch.h"
 
@@ -23,9 +28,28 @@ struct Shape {
     int64_t count() const { return n * s; }
 };
 
+// y = bn(x) (+ residual when not null), then max(y, 0) when `relu` (NaN stays NaN, as numpy's maximum).
+template <typename T>
+void bn_apply(const T* row, const T* residual, T* out, int64_t s, T scale, T shift, bool relu) {
+    if (residual == nullptr && !relu) {
+        for (int64_t k = 0; k < s; ++k) out[k] = row[k] * scale + shift;
+    } else if (residual == nullptr) {
+        for (int64_t k = 0; k < s; ++k) {
+            const T v = row[k] * scale + shift;
+            out[k] = v < T(0) ? T(0) : v;
+        }
+    } else {
+        for (int64_t k = 0; k < s; ++k) {
+            const T v = row[k] * scale + shift + residual[k];
+            out[k] = relu && v < T(0) ? T(0) : v;
+        }
+    }
+}
+
 template <typename T>
 void bn_forward(const T* x, const T* gamma, const T* beta, T* moving_mean, T* moving_var, T* y, T* mean_out,
-                T* var_out, const Shape& d, double eps, double momentum) {
+                T* var_out, const Shape& d, double eps, double momentum, const T* residual = nullptr,
+                bool relu = false) {
     const int64_t count = d.count();
     const double inv_count = count ? 1.0 / double(count) : 0.0;
     const double unbias = count > 1 ? double(count) / double(count - 1) : 1.0;
@@ -52,9 +76,8 @@ void bn_forward(const T* x, const T* gamma, const T* beta, T* moving_mean, T* mo
         const double scale = double(gamma[ch]) / std::sqrt(var + eps);
         const T t_scale = T(scale), t_shift = T(double(beta[ch]) - mean * scale);
         for (int64_t i = 0; i < d.n; ++i) {
-            const T* row = x + (i * d.c + ch) * d.s;
-            T* out = y + (i * d.c + ch) * d.s;
-            for (int64_t k = 0; k < d.s; ++k) out[k] = row[k] * t_scale + t_shift;
+            const int64_t at = (i * d.c + ch) * d.s;
+            bn_apply(x + at, residual ? residual + at : nullptr, y + at, d.s, t_scale, t_shift, relu);
         }
         mean_out[ch] = T(mean);
         var_out[ch] = T(var);
@@ -135,6 +158,23 @@ extern "C" void ms_batch_norm_forward(void** p, const int64_t* n) {
     }
 }
 
+// forward with an activation: p = {x, gamma, beta, moving_mean, moving_var, y, mean, var, residual or null};
+//           n = {is_double, N, C, S, bits of eps (double), bits of momentum (double), relu}
+extern "C" void ms_batch_norm_act_forward(void** p, const int64_t* n) {
+    const Shape d{n[1], n[2], n[3]};
+    if (n[0]) {
+        bn_forward(static_cast<const double*>(p[0]), static_cast<const double*>(p[1]), static_cast<const double*>(p[2]),
+                   static_cast<double*>(p[3]), static_cast<double*>(p[4]), static_cast<double*>(p[5]),
+                   static_cast<double*>(p[6]), static_cast<double*>(p[7]), d, as_double(n[4]), as_double(n[5]),
+                   static_cast<const double*>(p[8]), n[6] != 0);
+    } else {
+        bn_forward(static_cast<const float*>(p[0]), static_cast<const float*>(p[1]), static_cast<const float*>(p[2]),
+                   static_cast<float*>(p[3]), static_cast<float*>(p[4]), static_cast<float*>(p[5]),
+                   static_cast<float*>(p[6]), static_cast<float*>(p[7]), d, as_double(n[4]), as_double(n[5]),
+                   static_cast<const float*>(p[8]), n[6] != 0);
+    }
+}
+
 // backward: p = {x, gy, gamma, gx, ggamma, gbeta}; n = {is_double, N, C, S, bits of eps (double)}
 extern "C" void ms_batch_norm_backward(void** p, const int64_t* n) {
     const Shape d{n[1], n[2], n[3]};
@@ -175,8 +215,13 @@ void require_channels(std::initializer_list<Named> arrays, int64_t c) {
 }
 
 void batch_norm_forward(py::array x, py::array gamma, py::array beta, py::array moving_mean, py::array moving_var,
-                        py::array y, py::array mean, py::array var, double eps, double momentum) {
+                        py::array y, py::array mean, py::array var, double eps, double momentum,
+                        std::optional<py::array> residual, bool relu) {
     const Shape d = shape_of(x, y, "y");
+    if (residual) {
+        shape_of(x, *residual, "residual");
+        check_all({{*residual, "residual"}}, x.itemsize());
+    }
     require_channels({{gamma, "gamma"}, {beta, "beta"}, {moving_mean, "moving_mean"}, {moving_var, "moving_var"},
                       {mean, "mean"}, {var, "var"}}, d.c);
     check_all({{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {moving_mean, "moving_mean"}, {moving_var, "moving_var"},
@@ -185,9 +230,11 @@ void batch_norm_forward(py::array x, py::array gamma, py::array beta, py::array 
         using T = decltype(t);
         T* m = static_cast<T*>(moving_mean.mutable_data());
         T* v = static_cast<T*>(moving_var.mutable_data());
+        const T* add = residual ? data_as<T>(*residual) : nullptr;
         py::gil_scoped_release release;
         bn_forward(data_as<T>(x), data_as<T>(gamma), data_as<T>(beta), m, v, static_cast<T*>(y.mutable_data()),
-                   static_cast<T*>(mean.mutable_data()), static_cast<T*>(var.mutable_data()), d, eps, momentum);
+                   static_cast<T*>(mean.mutable_data()), static_cast<T*>(var.mutable_data()), d, eps, momentum, add,
+                   relu);
     });
 }
 
@@ -208,6 +255,7 @@ void batch_norm_backward(py::array x, py::array gy, py::array gamma, py::array g
 
 uintptr_t c_entry(const std::string& name) {
     if (name == "batch_norm_forward") return reinterpret_cast<uintptr_t>(&ms_batch_norm_forward);
+    if (name == "batch_norm_act_forward") return reinterpret_cast<uintptr_t>(&ms_batch_norm_act_forward);
     if (name == "batch_norm_backward") return reinterpret_cast<uintptr_t>(&ms_batch_norm_backward);
     throw std::invalid_argument("no C entry named " + name);
 }
@@ -219,7 +267,7 @@ PYBIND11_MODULE(_norm, m) {
     m.doc() = "Batch normalisation in training mode, fused passes (see core.kernels.norm).";
     m.def("batch_norm_forward", &mstrain::batch_norm_forward, py::arg("x"), py::arg("gamma"), py::arg("beta"),
           py::arg("moving_mean"), py::arg("moving_var"), py::arg("y"), py::arg("mean"), py::arg("var"),
-          py::arg("eps"), py::arg("momentum"));
+          py::arg("eps"), py::arg("momentum"), py::arg("residual") = py::none(), py::arg("relu") = false);
     m.def("batch_norm_backward", &mstrain::batch_norm_backward, py::arg("x"), py::arg("gy"), py::arg("gamma"),
           py::arg("gx"), py::arg("ggamma"), py::arg("gbeta"), py::arg("eps"));
     m.def("norm_c_entry", &mstrain::c_entry, py::arg("name"),

@@ -60,6 +60,8 @@ CASES.update({
     "attention_grad": ([Q4, K4, V4, None, V4 * 0.5, V4 - 1], {"scale": 0.5, "causal": False, "scores_grad": True}),
     "batch_norm_train": ([X4, *C4], {"eps": 1e-3, "momentum": 0.8}),
     "batch_norm_train_grad": ([X4, 2 * X4 - 1, C4[0]], {"eps": 1e-3}),
+    "batch_norm_relu_train": ([X4, *C4], {"eps": 1e-3, "momentum": 0.8}),
+    "batch_norm_add_relu_train": ([X4, *C4, 1 - 2 * X4], {"eps": 1e-3, "momentum": 0.8}),
 })
 for _name in ("sum", "mean", "max", "min", "prod"):
     for _axis, _keep in ((None, False), (0, True), (-1, False), ((0, 1), False)):

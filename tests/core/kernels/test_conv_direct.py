@@ -27,6 +27,13 @@ DIRECT = [
     ((1, 40, 50, 50), (3, 40, 3, 3), (4, 4), (1, 1, 1, 1), (1, 1)),   # stride 4: phases with 0, 1 and 4 taps
     ((9, 1, 28, 28), (6, 1, 5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),     # LeNet's stem: the filter gradient only
     ((2, 1, 11, 12), (16, 1, 3, 4), (2, 1), (1, 1, 2, 1), (2, 2)),    # a dilated one-channel stem
+    # at most 16 output channels on >= 256 output positions: the filter gradient by lanes (tiles of
+    # 4 output channels x 6 (channel, tap) pairs, with remainders; blocks of 2 samples, one left over)
+    ((9, 5, 40, 36), (6, 5, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),    # strided (phase planes)
+    ((3, 4, 30, 30), (10, 4, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),   # dilated
+    ((3, 1, 28, 28), (6, 1, 5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),    # LeNet's stem
+    ((3, 1, 28, 28), (16, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),   # ResNet-8's 3x3 stem (its other passes: im2col)
+    ((2, 8, 20, 20), (12, 8, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),   # a narrow 1x1 (its other passes: im2col)
 ]
 
 
@@ -88,7 +95,7 @@ from mstrain.kernels import conv as K
 rng = np.random.default_rng(0)
 arrays = []
 for xs, ws, stride in [((16, 32, 7, 7), (64, 32, 3, 3), (1, 1)), ((18, 16, 14, 14), (32, 16, 3, 3), (2, 2)),
-                       ((6, 16, 28, 28), (32, 16, 3, 3), (2, 2))]:
+                       ((6, 16, 28, 28), (32, 16, 3, 3), (2, 2)), ((7, 16, 28, 28), (16, 16, 3, 3), (1, 1))]:
     x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
     y = K.conv2d_forward(x, w, stride, (1, 1, 1, 1), (1, 1))
     g = rng.standard_normal(y.shape).astype(np.float32)

@@ -48,6 +48,30 @@ def test_native_batch_norm_matches_numpy(monkeypatch, shape, dtype):
         np.testing.assert_allclose(a, b, **_tol(dtype))
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_native_batch_norm_with_residual_and_relu_matches_numpy(monkeypatch, shape, dtype, with_residual):
+    """y = max(bn(x) (+ residual), 0) in the output pass (a NaN of the residual stays NaN, as in
+    numpy's maximum); the moving statistics move as without the activation."""
+    _native_only(monkeypatch)
+    x, (gamma, beta, mm, mv), residual = _case(shape, dtype, seed=5)
+    residual = residual * 2 if with_residual else None
+    if with_residual:
+        residual.reshape(-1)[1] = np.nan
+    ref_state, nat_state = [mm.copy(), mv.copy()], [mm.copy(), mv.copy()]
+    expected = K.reference_batch_norm_forward(x, gamma, beta, *ref_state, 1e-3, 0.8, residual, True)
+    got = K.batch_norm_forward(x, gamma, beta, *nat_state, 1e-3, 0.8, residual=residual, relu=True)
+    assert (expected[0] == 0).mean() > 0.2  # the ReLU cut something
+    for a, b in zip(list(got) + nat_state, list(expected) + ref_state):
+        np.testing.assert_allclose(a, b, **_tol(dtype))
+    plain = K.reference_batch_norm_forward(x, gamma, beta, mm.copy(), mv.copy(), 1e-3, 0.8)[0]
+    np.testing.assert_allclose(expected[0], np.maximum(plain + (0 if residual is None else residual), 0),
+                               **_tol(dtype))
+    with pytest.raises(ShapeError, match="residual"):
+        K.batch_norm_forward(x, gamma, beta, mm.copy(), mv.copy(), residual=np.zeros(x.shape[:-1] + (1,), dtype))
+
+
 def test_reference_forward_and_backward_against_plain_formulas_and_finite_differences():
     x, (gamma, beta, mm, mv), gy = _case((3, 2, 4), np.float64, seed=1)
     old_mm, old_mv = mm.copy(), mv.copy()
@@ -114,6 +138,10 @@ def test_numpy_path_when_disabled(monkeypatch):
     x, (gamma, beta, mm, mv), gy = _case((2, 3, 4), np.float32)
     monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "1")
     state = [mm.copy(), mv.copy()]
+    got = K.batch_norm_forward(x, gamma, beta, *state, 1e-5, 0.9, residual=gy, relu=True)[0]
+    np.testing.assert_allclose(got, np.maximum(K.reference_batch_norm_forward(x, gamma, beta, mm.copy(), mv.copy(),
+                                                                              1e-5, 0.9)[0] + gy, 0))
+    state = [mm.copy(), mv.copy()]
     y = K.batch_norm_forward(x, gamma, beta, *state, 1e-5, 0.9)[0]
     np.testing.assert_allclose(y, K.reference_batch_norm_forward(x, gamma, beta, mm, mv, 1e-5, 0.9)[0])
 
@@ -156,15 +184,16 @@ def test_compiled_step_calls_the_conv_and_batch_norm_c_entries():
     (entry,) = runner.compiled_calls()
     executable = entry.executable
     names = [node.prim.name for node in executable.plan_nodes if node.op == "call"]
-    assert "batch_norm_train" in names and "batch_norm_train_grad" in names
+    # the BN -> ReLU of the net runs as one call (graph/conv_fusion.py)
+    assert "batch_norm_relu_train" in names and "batch_norm_train_grad" in names and "relu" not in names
     if K.c_entry("batch_norm_forward") is None:
         pytest.skip("C++ norm kernels are not built")
     checked = set()
     for kernel, node in zip(executable.plan, executable.plan_nodes):
-        if node.op == "call" and node.prim.name.startswith(("batch_norm_train", "conv2d")):
+        if node.op == "call" and node.prim.name.startswith(("batch_norm_", "conv2d")):
             assert getattr(kernel, "native", None) is not None, node.prim.name  # no Python call in the loop
             checked.add(node.prim.name)
-    assert {"conv2d", "conv2d_backprop_filter", "batch_norm_train", "batch_norm_train_grad"} <= checked
+    assert {"conv2d", "conv2d_backprop_filter", "batch_norm_relu_train", "batch_norm_train_grad"} <= checked
 
 
 def test_second_order_gradient_goes_through_the_op_formula():
