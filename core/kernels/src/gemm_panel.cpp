@@ -35,6 +35,7 @@ constexpr int64_t kRowsPerPass = 192;
 
 namespace mstrain {
 namespace gemm_panel {
+namespace {  // internal linkage: nothing here may bind to another module's copy
 
 namespace portable {
 // GCC/Clang vector extensions: SSE2 on a baseline x86-64, NEON on arm64; separate multiply and add.
@@ -247,6 +248,7 @@ static void run(const Isa& isa, void** p, const int64_t* n, int threads) {
     else run_params<float>(isa, p, n, threads);
 }
 
+}  // namespace
 }  // namespace gemm_panel
 }  // namespace mstrain
 
