@@ -19,25 +19,28 @@ into NR-wide panels once per 128-deep block. OpenMP threads each own a band of w
 ascending k, so 1 and 2 threads give the same bits. The values differ from numpy's OpenBLAS only in
 rounding (within 1e-5 relative; the tests check both).
 
-When it runs (`chooses`): the compiled step issues a float32 or float64 product here when it has at
-least 128 rows (below that the products belong to numpy's BLAS and the small-product layout of
-mstrain.graph.gemm_layout), at least 32 columns (one full tile of float32; narrower products waste
-most of each tile: the patch embedding's [128, 16] weight gradient ran 1.5x slower than OpenBLAS),
-depth at least 16, and at most 1024 columns (wider products want OpenBLAS's blocking of B). Measured on W7's (ViT) products, thread CPU
-time at one thread, machine shared, every product of the step counted once per use: OpenBLAS 73.8 ms,
-this kernel 70.0 ms, PyTorch 62.7 ms per step; the [3200, 128] x [128, 16] patch embedding 0.68x
-OpenBLAS's time; at two threads the kernel's split over rows keeps each thread's share in L2.
+When it runs (`chooses`), a rule read off per-shape timings against numpy's OpenBLAS and PyTorch
+(thread CPU time at one thread, interleaved in one process, on a shared 2-core AVX-512 machine): a
+float32 or float64 product whose output has at least 128 rows (smaller ones belong to numpy's BLAS
+and the small-product layout of mstrain.graph.gemm_layout) and a whole number of 32-column tiles (a
+ragged edge tile goes through a copy per block: [2048, 256] x [256, 72] took 1.3x OpenBLAS's time),
+at least 16 deep, and transformer-narrow: besides its longest dimension, one is at most 128 and the
+other at most 256. That takes every product of W7's ViT step (3200 = 64 images x 50 tokens rows,
+widths 128 and 256; OpenBLAS 73.8 ms, this kernel 69.4 ms, PyTorch 61.7 ms per step in one run; the
+[3136, 16] x [16, 128] patch embedding 0.7x OpenBLAS's time) and leaves GPT's 256 x 256 and wider
+products (W1: 1.01-1.3x OpenBLAS's time here) and the patch embedding's [128, 16] weight gradient
+(1.5x) to OpenBLAS.
 """
 import numpy as np
 
 from . import kernels_disabled
 
-__all__ = ["matmul", "chooses", "c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "MIN_COLS", "MAX_WIDTH"]
+__all__ = ["matmul", "chooses", "c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE"]
 
 MIN_ROWS = 128
-MIN_COLS = 32
+TILE_COLS = 32
 MIN_DEPTH = 16
-MAX_WIDTH = 1024
+MAX_NARROW, MAX_WIDE = 128, 256
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -65,7 +68,10 @@ def chooses(m, n, k, dtype):
     (the rule of the module docstring; False when the kernel is not built)."""
     if np.dtype(dtype) not in _DTYPES or c_entry() is None:
         return False
-    return m >= MIN_ROWS and MIN_COLS <= n <= MAX_WIDTH and k >= MIN_DEPTH
+    if m < MIN_ROWS or n % TILE_COLS or k < MIN_DEPTH:
+        return False
+    narrow, wide = sorted((m, n, k))[:2]
+    return narrow <= MAX_NARROW and wide <= MAX_WIDE
 
 
 class PanelProduct:

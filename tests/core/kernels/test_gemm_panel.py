@@ -86,10 +86,14 @@ def test_without_the_extension_the_reference_runs(monkeypatch):
 @built
 def test_the_rule_takes_transformer_products_only():
     f32 = np.float32
-    assert gemm_panel.chooses(3200, 128, 128, f32) and gemm_panel.chooses(128, 256, 3200, np.float64)
-    assert gemm_panel.chooses(3136, 128, 16, f32)                    # the patch embedding
+    vit = [(3200, 128, 128), (3200, 256, 128), (3200, 128, 256), (128, 128, 3200), (128, 256, 3200),
+           (256, 128, 3200), (3136, 128, 16)]
+    assert all(gemm_panel.chooses(m, n, k, f32) for m, n, k in vit)
+    assert gemm_panel.chooses(128, 256, 3200, np.float64)
     assert not gemm_panel.chooses(32, 128, 784, f32)                 # a small batch: numpy's BLAS
     assert not gemm_panel.chooses(128, 16, 3136, f32)                # narrower than one tile
+    assert not gemm_panel.chooses(2048, 72, 256, f32)                # a ragged edge tile
     assert not gemm_panel.chooses(3200, 128, 8, f32)                 # too shallow
-    assert not gemm_panel.chooses(4096, 4096, 128, f32)              # wider than the rule's 1024
+    assert not gemm_panel.chooses(2048, 256, 256, f32)               # GPT's widths: OpenBLAS
+    assert not gemm_panel.chooses(768, 256, 2048, f32)
     assert not gemm_panel.chooses(3200, 128, 128, np.float16)
