@@ -57,7 +57,7 @@ class GemmEpilogue:
         if product is None:
             product = lowering.impl_kernel(self.product, product_ins, [out])
         from .executor import _attach_gemm
-        _attach_gemm(product, self.product, product_ins, out)
+        product = _attach_gemm(product, self.product, product_ins, out)
         group_ins = rest[:self.product_slot] + [out] + rest[self.product_slot:]
         kernel = self.group.build(group_ins, list(outs))
 

@@ -25,37 +25,43 @@ _INPLACE_UNSAFE = {"where", "cast"}  # their out= kernels read an input after wr
 
 def _attach_gemm(kernel, node, ins, out):
     """Mark a matrix product the C runner can issue as eager computes it: the short-side kernel
-    (mstrain.kernels.thin_gemm) or numpy's own BLAS call (and a sum over
-    leading axes as the same additions in C)."""
+    (mstrain.kernels.thin_gemm) or numpy's own BLAS call (and a sum over leading axes as the same
+    additions in C). Returns the kernel to run: `kernel`, or for a transformer-shaped product the
+    packed GEMM's (mstrain.kernels.gemm_panel)."""
     if node.prim.name == "sum_to" and isinstance(ins[0], np.ndarray):
         from .half import attach_half_sum_rows
         if attach_half_sum_rows(kernel, ins[0], out):
-            return
+            return kernel
         from .native import sum_rows_params
         params = sum_rows_params(ins[0], out)
         if params is not None:
             kernel.native = ("sum_rows", (ins[0], out), params)
-        return
+        return kernel
     if node.prim.name == "matmul":
         a, b = ins
     elif node.prim.name == "dense_weight_grad":
         a, b = ins[0].T, ins[1]
     else:
-        return
+        return kernel
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         from ..kernels import thin_gemm
         from .native import gemm_params
         thin = thin_gemm.product_params(a, b, out) if a.dtype == b.dtype == out.dtype else None
         if thin is not None:  # eager's kernel for a product with a short side
             kernel.native = ("thin_gemm", (a, b, out), thin)
-            return
+            return kernel
         params = gemm_params(a, b, out)
         if params is not None:
             kernel.native = ("gemm", (a, b, out), params)
+            from ..kernels.gemm_panel import step_kernel
+            panel = step_kernel(a, b, out, params)  # a transformer-shaped product: the packed GEMM
+            if panel is not None:
+                return panel
             from .gemm_layout import swapped_steps
             swapped = swapped_steps(a, b, out)  # x @ W.T with few rows: the faster layout
             if swapped is not None:
                 kernel.native, kernel.scratch = ("steps", swapped[0]), swapped[1]
+    return kernel
 
 
 def _half_gemm(node, ins, out):
@@ -222,8 +228,7 @@ class Executable:
                 return kernel
             kernel = lowering.out_kernel(node, ins, outs[0])
             if kernel is not None:
-                _attach_gemm(kernel, node, ins, outs[0])
-                return kernel
+                return _attach_gemm(kernel, node, ins, outs[0])
         elif node.shape is None and node.prim.num_outputs != 1 and node.prim.lowering is not None:
             kernel = lowering.out_kernel(node, ins, self._outputs_by_index(node, arrays))
             if kernel is not None:

@@ -1,0 +1,123 @@
+"""A packed GEMM for transformer-shaped products: thousands of rows times 16 to 1024 columns.
+
+    matmul(a, b, out=None, isa=None, threads=None)  -> out = a @ b
+        a (m, k), b (k, n) float32 or float64 of one dtype, each C-ordered or a transposed view of a
+        C-ordered array (a weight read as W.T, activations read as X.T); out (m, n) C-contiguous.
+    chooses(m, n, k, dtype)   the rule below: does a compiled step run this product here?
+    c_entry()                 address of `void ms_gemm_panel(void**, const int64_t*)`, which takes numpy's
+                              BLAS call's pointers and parameters (`mstrain.graph.native.gemm_params`),
+                              or None when the extension is not built or kernels are disabled
+    isas()                    the instruction sets this machine runs, best first
+
+The kernel (core/kernels/src/gemm_panel.cpp, body in gemm_panel.h) is compiled for AVX-512, for
+AVX2 + FMA and portably, and runs the best one the CPU supports: the package builds with the system
+compiler's default target and runs anywhere. An MR x NR tile of C (12 x 32 float32 / 12 x 16 float64
+with AVX-512) is accumulated in registers; A is read in place (a row-major A row by row, a
+transposed A as MR adjacent values per step), B in place when its rows are contiguous, else packed
+into NR-wide panels once per 128-deep block. OpenMP threads each own a band of whole tiles of C
+(rows of a tall C, columns of a wide one) and every element is one chain of fused multiply-adds in
+ascending k, so 1 and 2 threads give the same bits. The values differ from numpy's OpenBLAS only in
+rounding (within 1e-5 relative; the tests check both).
+
+When it runs (`chooses`), a rule read off per-shape timings against numpy's OpenBLAS and PyTorch
+(thread CPU time at one thread, interleaved in one process, on a shared 2-core AVX-512 machine): a
+float32 or float64 product whose output has at least 128 rows (smaller ones belong to numpy's BLAS
+and the small-product layout of mstrain.graph.gemm_layout) and a whole number of 32-column tiles (a
+ragged edge tile goes through a copy per block: [2048, 256] x [256, 72] took 1.3x OpenBLAS's time),
+at least 16 deep, and transformer-narrow: besides its longest dimension, one is at most 128 and the
+other at most 256. That takes every product of W7's ViT step (3200 = 64 images x 50 tokens rows,
+widths 128 and 256; in one run OpenBLAS 75.7 ms, this kernel 71.0 ms, PyTorch 63.6 ms per step, the
+forward products 0.89-0.97x and the weight gradients 0.96-1.01x OpenBLAS's time, the [3136, 16] x
+[16, 128] patch embedding 0.71x) and leaves GPT's 256 x 256 and wider
+products (W1: 1.01-1.3x OpenBLAS's time here) and the patch embedding's [128, 16] weight gradient
+(1.5x) to OpenBLAS.
+"""
+import numpy as np
+
+from . import kernels_disabled
+
+__all__ = ["matmul", "chooses", "c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE"]
+
+MIN_ROWS = 128
+TILE_COLS = 32
+MIN_DEPTH = 16
+MAX_NARROW, MAX_WIDE = 128, 256
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _module():
+    if kernels_disabled():
+        return None
+    from . import native_module
+    return native_module("mstrain", "gemm_panel")
+
+
+def isas():
+    """Instruction sets the built kernel can run on this machine, best first ([] when not built)."""
+    module = _module()
+    return [] if module is None else list(module.gemm_panel_isas())
+
+
+def c_entry():
+    """Address of the kernel's C entry for the compiled step loop, or None."""
+    module = _module()
+    return None if module is None else int(module.gemm_panel_c_entry())
+
+
+def chooses(m, n, k, dtype):
+    """True when a compiled step runs the (m x k) @ (k x n) product of `dtype` on this kernel
+    (the rule of the module docstring; False when the kernel is not built)."""
+    if np.dtype(dtype) not in _DTYPES or c_entry() is None:
+        return False
+    if m < MIN_ROWS or n % TILE_COLS or k < MIN_DEPTH:
+        return False
+    narrow, wide = sorted((m, n, k))[:2]
+    return narrow <= MAX_NARROW and wide <= MAX_WIDE
+
+
+class PanelProduct:
+    """A compiled step's product `out = a @ b` on this kernel: called from Python (a step run kernel by
+    kernel) or, through `native` ("kernel", entry, pointers, values), from the C step loop; both give
+    the same bits."""
+
+    def __init__(self, module, a, b, out, params):
+        import ctypes
+        self._gemm, self._arrays, self._params = module.gemm_panel, [a, b, out], list(params)
+        pointers = (ctypes.c_void_p * 3)(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+        self.native = ("kernel", int(module.gemm_panel_c_entry()), pointers,
+                       (ctypes.c_int64 * len(params))(*params))
+
+    def __call__(self):
+        self._gemm(self._arrays, self._params, "", 0)
+
+
+def step_kernel(a, b, out, params):
+    """The compiled step's kernel for out = a @ b with numpy's BLAS parameters `params` (see
+    mstrain.graph.native.gemm_params): a PanelProduct when `chooses` the product and it has no
+    batch dims, else None."""
+    module = _module()
+    if module is None or params[9] * params[10] != 1 or not chooses(params[3], params[4], params[5], a.dtype):
+        return None
+    return PanelProduct(module, a, b, out, params)
+
+
+def reference_matmul(a, b, out=None):
+    """numpy's product, the reference the kernel is tested against."""
+    return np.matmul(a, b, out=out)
+
+
+def matmul(a, b, out=None, isa=None, threads=None):
+    """out = a @ b on the packed kernel (see the module docstring), or numpy's product when the
+    kernel is not built or the operands do not fit it (other dtypes, batch dims, other strides).
+    `isa` names one of `isas()` (default the best), `threads` the OpenMP threads (default all)."""
+    from ..graph.native import gemm_params
+    a, b = np.asarray(a), np.asarray(b)
+    if out is None:
+        out = np.empty(a.shape[:-1] + b.shape[-1:], np.result_type(a, b))
+    module = _module()
+    params = gemm_params(a, b, out) if module is not None and a.ndim == 2 and b.ndim == 2 else None
+    if params is None:
+        return reference_matmul(a, b, out=out)
+    module.gemm_panel([a, b, out], params, isa or "", int(threads or 0))
+    return out
+

@@ -1,0 +1,299 @@
+// Packed GEMM for transformer-shaped products (thousands of rows, 16 to 512 wide): C = A B in
+// float32 or float64, A and B each plain or transposed, with OpenMP over rectangles of C.
+// The kernel body (gemm_panel.h) is compiled three times: for AVX-512, for AVX2 + FMA, and portably;
+// the first one this CPU (and its OS) supports runs. The package builds with the system compiler's
+// default target (no -march flag), so the module loads on any x86-64 and on other architectures (the
+// portable version only). See core/kernels/gemm_panel.py for when the compiled step uses it.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#define MS_GEMM_X86 1
+#include <immintrin.h>
+#else
+#define MS_GEMM_X86 0
+#endif
+
+namespace py = pybind11;
+// Depth of one block of the product (B's panel, KC x NR, stays in L1) and rows of A per pass over B's
+// panels (MC x KC stays in L2): KC 128/256/384, MC 96/192/384 and 8/12/14-row AVX-512 tiles were timed on
+// W7's products; these were at least as fast as any other (differences within the noise of a shared box).
+constexpr int64_t kDepth = 128;
+constexpr int64_t kRowsPerPass = 192;
+
+namespace mstrain {
+namespace gemm_panel {
+namespace {  // internal linkage: nothing here may bind to another module's copy
+
+namespace portable {
+// GCC/Clang vector extensions: SSE2 on a baseline x86-64, NEON on arm64; separate multiply and add.
+template <typename T> struct Ops {
+    static constexpr int W = 16 / sizeof(T), NV = 2, MR = 4;
+    static constexpr int64_t KC = kDepth;
+    typedef T V __attribute__((vector_size(16)));
+    static inline V zero() { return V{}; }
+    static inline V load(const T* p) { V v; std::memcpy(&v, p, sizeof(V)); return v; }
+    static inline void store(T* p, V v) { std::memcpy(p, &v, sizeof(V)); }
+    static inline V bcast(const T* p) { return V{} + *p; }
+    static inline V fma(V a, V b, V c) { return a * b + c; }
+};
+#include "gemm_panel.h"
+}  // namespace portable
+
+#if MS_GEMM_X86
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+template <typename T> struct Ops;
+template <> struct Ops<float> {
+    using V = __m256;
+    static constexpr int W = 8, NV = 2, MR = 6;
+    static constexpr int64_t KC = kDepth;
+    static inline V zero() { return _mm256_setzero_ps(); }
+    static inline V load(const float* p) { return _mm256_loadu_ps(p); }
+    static inline void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+    static inline V bcast(const float* p) { return _mm256_broadcast_ss(p); }
+    static inline V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+};
+template <> struct Ops<double> {
+    using V = __m256d;
+    static constexpr int W = 4, NV = 2, MR = 6;
+    static constexpr int64_t KC = kDepth;
+    static inline V zero() { return _mm256_setzero_pd(); }
+    static inline V load(const double* p) { return _mm256_loadu_pd(p); }
+    static inline void store(double* p, V v) { _mm256_storeu_pd(p, v); }
+    static inline V bcast(const double* p) { return _mm256_broadcast_sd(p); }
+    static inline V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+};
+#include "gemm_panel.h"
+}  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+namespace avx512 {
+template <typename T> struct Ops;
+template <> struct Ops<float> {
+    using V = __m512;
+    static constexpr int W = 16, NV = 2, MR = 12;
+    static constexpr int64_t KC = kDepth;
+    static inline V zero() { return _mm512_setzero_ps(); }
+    static inline V load(const float* p) { return _mm512_loadu_ps(p); }
+    static inline void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+    static inline V bcast(const float* p) { return _mm512_set1_ps(*p); }
+    static inline V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+};
+template <> struct Ops<double> {
+    using V = __m512d;
+    static constexpr int W = 8, NV = 2, MR = 12;
+    static constexpr int64_t KC = kDepth;
+    static inline V zero() { return _mm512_setzero_pd(); }
+    static inline V load(const double* p) { return _mm512_loadu_pd(p); }
+    static inline void store(double* p, V v) { _mm512_storeu_pd(p, v); }
+    static inline V bcast(const double* p) { return _mm512_set1_pd(*p); }
+    static inline V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+};
+#include "gemm_panel.h"
+}  // namespace avx512
+#pragma GCC pop_options
+#endif
+
+// One instruction set's entry points and tile geometry.
+struct Isa {
+    const char* name;
+    void (*rect_float)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, int64_t,
+                       int64_t, int64_t, float*, float*);
+    void (*rect_double)(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t,
+                        int64_t, int64_t, int64_t, double*, double*);
+    int tile_rows[2], tile_cols[2];  // [float, double]
+    int64_t depth[2];
+};
+
+#define MS_ISA(ns)                                                                                    \
+    Isa {                                                                                             \
+        #ns, &ns::rect_float, &ns::rect_double, {ns::kTileRowsFloat, ns::kTileRowsDouble},             \
+            {ns::kTileColsFloat, ns::kTileColsDouble}, {ns::kDepthFloat, ns::kDepthDouble}             \
+    }
+
+static const Isa kPortable = MS_ISA(portable);
+#if MS_GEMM_X86
+static const Isa kAvx2 = MS_ISA(avx2);
+static const Isa kAvx512 = MS_ISA(avx512);
+#endif
+
+// The instruction sets this CPU and its OS support, best first (libgcc's check includes XGETBV).
+static std::vector<const Isa*> supported() {
+    std::vector<const Isa*> out;
+#if MS_GEMM_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) out.push_back(&kAvx512);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) out.push_back(&kAvx2);
+#endif
+    out.push_back(&kPortable);
+    return out;
+}
+
+static const Isa* find_isa(const std::string& name) {
+    for (const Isa* isa : supported())
+        if (name == isa->name) return isa;
+    return nullptr;
+}
+
+static const Isa* best_isa() {
+    static const Isa* best = supported().front();
+    return best;
+}
+
+// Below this many multiply-adds a product runs on one thread (a parallel region costs ~10-50 us).
+constexpr double kThreadedWork = double(1 << 22);
+
+template <typename T>
+struct Buffers {
+    std::vector<T> a, b;
+    T* a_for(size_t n) { if (a.size() < n) a.resize(n); return a.data(); }
+    T* b_for(size_t n) { if (b.size() < n) b.resize(n); return b.data(); }
+};
+
+template <typename T>
+static Buffers<T>& thread_buffers() {
+    thread_local Buffers<T> buffers;
+    return buffers;
+}
+
+template <typename T>
+static void call_rect(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb,
+                      T* c, int64_t ldc, int64_t m, int64_t n, int64_t k) {
+    constexpr int d = sizeof(T) == 8;
+    const int64_t kc = k < isa.depth[d] ? k : isa.depth[d];
+    const int64_t panels = (n + isa.tile_cols[d] - 1) / isa.tile_cols[d];
+    Buffers<T>& buf = thread_buffers<T>();
+    T* pa = buf.a_for(size_t(isa.tile_rows[d]) * kc);
+    T* pb = buf.b_for(size_t(panels * isa.tile_cols[d]) * kc);
+    if constexpr (sizeof(T) == 8) isa.rect_double(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pa, pb);
+    else isa.rect_float(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pa, pb);
+}
+
+// C (m x n) = A B on `threads` threads: C is cut into one band of whole tiles per thread, across
+// its rows when it has at least as many tile rows as tile columns, else across its columns.
+template <typename T>
+static void gemm(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb, T* c,
+                 int64_t ldc, int64_t m, int64_t n, int64_t k, int threads) {
+    constexpr int d = sizeof(T) == 8;
+    const int64_t mr = isa.tile_rows[d], nr = isa.tile_cols[d];
+    const int64_t row_tiles = (m + mr - 1) / mr, col_tiles = (n + nr - 1) / nr;
+    const bool by_rows = row_tiles >= col_tiles;
+    const int64_t units = by_rows ? row_tiles : col_tiles;
+    if (double(m) * double(n) * double(k) < kThreadedWork) threads = 1;
+    if (threads > units) threads = static_cast<int>(units);
+    if (threads <= 1) {
+        call_rect<T>(isa, a, rsa, csa, b, rsb, csb, c, ldc, m, n, k);
+        return;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+#ifdef _OPENMP
+        const int t = omp_get_thread_num(), count = omp_get_num_threads();
+#else
+        const int t = 0, count = 1;
+#endif
+        const int64_t first = units * t / count, last = units * (t + 1) / count;
+        if (by_rows) {
+            const int64_t i0 = first * mr, i1 = last * mr < m ? last * mr : m;
+            if (i1 > i0) call_rect<T>(isa, a + i0 * rsa, rsa, csa, b, rsb, csb, c + i0 * ldc, ldc, i1 - i0, n, k);
+        } else {
+            const int64_t j0 = first * nr, j1 = last * nr < n ? last * nr : n;
+            if (j1 > j0) call_rect<T>(isa, a, rsa, csa, b + j0 * csb, rsb, csb, c + j0, ldc, m, j1 - j0, k);
+        }
+    }
+}
+
+static int default_threads() {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+// ms_gemm's parameters: n = {is_double, transA, transB, M, N, K, lda, ldb, ldc,
+//                            batch0, batch1, sA0, sA1, sB0, sB1, sC0, sC1}; p = {A, B, C}
+template <typename T>
+static void run_params(const Isa& isa, void** p, const int64_t* n, int threads) {
+    const int64_t rsa = n[1] ? 1 : n[6], csa = n[1] ? n[6] : 1;
+    const int64_t rsb = n[2] ? 1 : n[7], csb = n[2] ? n[7] : 1;
+    for (int64_t b0 = 0; b0 < n[9]; ++b0) {
+        for (int64_t b1 = 0; b1 < n[10]; ++b1) {
+            const T* a = static_cast<const T*>(p[0]) + b0 * n[11] + b1 * n[12];
+            const T* b = static_cast<const T*>(p[1]) + b0 * n[13] + b1 * n[14];
+            T* c = static_cast<T*>(p[2]) + b0 * n[15] + b1 * n[16];
+            gemm<T>(isa, a, rsa, csa, b, rsb, csb, c, n[8], n[3], n[4], n[5], threads);
+        }
+    }
+}
+
+static void run(const Isa& isa, void** p, const int64_t* n, int threads) {
+    if (n[0]) run_params<double>(isa, p, n, threads);
+    else run_params<float>(isa, p, n, threads);
+}
+
+}  // namespace
+}  // namespace gemm_panel
+}  // namespace mstrain
+
+// The compiled step's entry, with ms_gemm's pointers and parameters: the best instruction set, all
+// OpenMP threads (one below kThreadedWork multiply-adds).
+extern "C" void ms_gemm_panel(void** p, const int64_t* n) {
+    using namespace mstrain::gemm_panel;
+    run(*best_isa(), p, n, default_threads());
+}
+
+namespace {
+
+using mstrain::gemm_panel::Isa;
+
+const Isa& isa_named(const std::string& name) {
+    const Isa* isa = name.empty() ? mstrain::gemm_panel::best_isa() : mstrain::gemm_panel::find_isa(name);
+    if (isa == nullptr) throw std::invalid_argument("gemm_panel: instruction set " + name + " is not supported here");
+    return *isa;
+}
+
+py::list supported_names() {
+    py::list names;
+    for (const Isa* isa : mstrain::gemm_panel::supported()) names.append(isa->name);
+    return names;
+}
+
+void gemm_panel_py(const py::list& arrays, const std::vector<int64_t>& params, const std::string& isa, int threads) {
+    if (arrays.size() != 3 || params.size() != 17) throw std::invalid_argument("gemm_panel: needs 3 arrays, 17 params");
+    void* pointers[3];
+    for (int i = 0; i < 3; ++i) pointers[i] = const_cast<void*>(arrays[i].cast<py::array>().data());
+    const Isa& chosen = isa_named(isa);
+    if (threads <= 0) threads = mstrain::gemm_panel::default_threads();
+    py::gil_scoped_release release;
+    mstrain::gemm_panel::run(chosen, pointers, params.data(), threads);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_gemm_panel, m) {
+    m.doc() = "Packed AVX-512 / AVX2 / portable GEMM with OpenMP over blocks (see core.kernels.gemm_panel).";
+    m.def("gemm_panel", &gemm_panel_py, py::arg("arrays"), py::arg("params"), py::arg("isa") = "",
+          py::arg("threads") = 0,
+          "C = A B for arrays = [A, B, C] with ms_gemm's 17 params; isa '' is the best supported one, "
+          "threads 0 all OpenMP threads. The caller checks shapes and strides (gemm_params).");
+    m.def("gemm_panel_isas", &supported_names, "the instruction sets supported here, best first");
+    m.def("gemm_panel_c_entry", []() { return reinterpret_cast<uintptr_t>(&ms_gemm_panel); },
+          "address of `void ms_gemm_panel(void**, const int64_t*)`, for the compiled step loop");
+}

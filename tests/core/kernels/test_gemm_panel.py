@@ -1,0 +1,99 @@
+"""kernels.gemm_panel: the packed GEMM (every instruction set this machine runs) against numpy's
+matmul, the same bits on 1, 2 and 3 threads, and the rule that picks it for a compiled step."""
+import numpy as np
+import pytest
+
+from mstrain.kernels import gemm_panel
+
+built = pytest.mark.skipif(not gemm_panel.isas(), reason="the gemm_panel extension is not built")
+
+# (m, n, k): whole tiles; ragged rows, columns and depth (edge tiles, a depth past one 128 block);
+# fewer columns than a tile; a long depth (a weight gradient); a 16-deep patch embedding
+SHAPES = [(96, 64, 128), (131, 45, 300), (200, 16, 40), (40, 96, 1000), (150, 128, 16)]
+
+
+def _operands(m, n, k, trans_a, trans_b, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (k, m) if trans_a else (m, k)).astype(dtype)
+    b = rng.uniform(-1, 1, (n, k) if trans_b else (k, n)).astype(dtype)
+    return (a.T if trans_a else a), (b.T if trans_b else b)
+
+
+def _assert_close(got, a, b):
+    """Within 1e-5 (float32) of numpy's product relative to the largest term magnitude."""
+    want = np.matmul(a, b)
+    scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    tol = 1e-5 if a.dtype == np.float32 else 1e-12
+    assert np.all(np.abs(got.astype(np.float64) - want) <= tol * scale + tol), np.abs(got - want).max()
+
+
+@built
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_every_instruction_set_matches_numpy(dtype, trans_a, trans_b):
+    for isa in gemm_panel.isas():
+        for m, n, k in SHAPES:
+            a, b = _operands(m, n, k, trans_a, trans_b, dtype)
+            out = np.full((m, n), np.nan, dtype)
+            gemm_panel.matmul(a, b, out=out, isa=isa, threads=1)
+            _assert_close(out, a, b)
+
+
+@built
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_threads_give_the_same_bits(dtype):
+    """Threads own bands of whole tiles; every element is one chain of multiply-adds in k order."""
+    for trans_a, (m, n, k) in [(0, (700, 96, 130)), (1, (96, 260, 700)), (0, (37, 200, 64))]:
+        a, b = _operands(m, n, k, trans_a, 0, dtype, seed=1)
+        one = gemm_panel.matmul(a, b, threads=1)
+        for threads in (2, 3):
+            np.testing.assert_array_equal(gemm_panel.matmul(a, b, threads=threads), one)
+
+
+@built
+def test_the_vector_versions_give_the_same_bits():
+    """AVX-512 and AVX2 both fuse each multiply-add: the same numbers on either kind of machine."""
+    fused = [isa for isa in gemm_panel.isas() if isa != "portable"]
+    if len(fused) < 2:
+        pytest.skip("this CPU runs one vector version")
+    a, b = _operands(150, 72, 300, 0, 1, np.float32, seed=2)
+    results = [gemm_panel.matmul(a, b, isa=isa) for isa in fused]
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+
+
+@built
+def test_an_unknown_instruction_set_is_refused():
+    a, b = _operands(8, 8, 8, 0, 0, np.float32)
+    with pytest.raises(ValueError, match="not supported"):
+        gemm_panel.matmul(a, b, isa="avx9000")
+
+
+def test_operands_the_kernel_does_not_take_get_numpys_product():
+    rng = np.random.default_rng(3)
+    batched, ints = rng.normal(size=(2, 5, 4)), np.arange(12).reshape(3, 4)
+    np.testing.assert_array_equal(gemm_panel.matmul(batched, np.ones((4, 3))), batched @ np.ones((4, 3)))
+    np.testing.assert_array_equal(gemm_panel.matmul(ints, ints.T), ints @ ints.T)
+
+
+def test_without_the_extension_the_reference_runs(monkeypatch):
+    monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "1")
+    assert gemm_panel.c_entry() is None and not gemm_panel.chooses(3200, 128, 128, np.float32)
+    a, b = _operands(130, 40, 20, 0, 0, np.float32)
+    np.testing.assert_array_equal(gemm_panel.matmul(a, b), a @ b)
+
+
+@built
+def test_the_rule_takes_transformer_products_only():
+    f32 = np.float32
+    vit = [(3200, 128, 128), (3200, 256, 128), (3200, 128, 256), (128, 128, 3200), (128, 256, 3200),
+           (256, 128, 3200), (3136, 128, 16)]
+    assert all(gemm_panel.chooses(m, n, k, f32) for m, n, k in vit)
+    assert gemm_panel.chooses(128, 256, 3200, np.float64)
+    assert not gemm_panel.chooses(32, 128, 784, f32)                 # a small batch: numpy's BLAS
+    assert not gemm_panel.chooses(128, 16, 3136, f32)                # narrower than one tile
+    assert not gemm_panel.chooses(2048, 72, 256, f32)                # a ragged edge tile
+    assert not gemm_panel.chooses(3200, 128, 8, f32)                 # too shallow
+    assert not gemm_panel.chooses(2048, 256, 256, f32)               # GPT's widths: OpenBLAS
+    assert not gemm_panel.chooses(768, 256, 2048, f32)
+    assert not gemm_panel.chooses(3200, 128, 128, np.float16)
