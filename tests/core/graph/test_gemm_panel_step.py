@@ -19,7 +19,7 @@ def _rand(shape, seed):
 
 def _dense(x, w, b, w2):
     hidden = ops.relu(ops.matmul(x, ops.transpose(w)) + b)   # (256, 96): a product and its epilogue
-    return ops.matmul(hidden, w2), ops.matmul(x[:32], ops.transpose(w))   # (256, 64); a 32-row product
+    return ops.matmul(hidden, w2), ops.matmul(x[:32], ops.transpose(w))   # (256, 128); a 32-row product
 
 
 def _panel_products(executable):
@@ -29,7 +29,7 @@ def _panel_products(executable):
 
 
 def test_transformer_shaped_products_run_on_the_panel_kernel(trace_graph, monkeypatch):
-    arrays = [_rand((256, 64), 0), _rand((96, 64), 1), _rand((96,), 2), _rand((96, 64), 3)]
+    arrays = [_rand((256, 64), 0), _rand((96, 64), 1), _rand((96,), 2), _rand((96, 128), 3)]
     graph = trace_graph(_dense, *arrays)
     _, executable = compile_graph(graph, fusion=True)
     panels, entry = _panel_products(executable)
@@ -50,7 +50,7 @@ def test_transformer_shaped_products_run_on_the_panel_kernel(trace_graph, monkey
 
 def test_without_the_kernel_the_products_are_numpys(trace_graph, monkeypatch):
     monkeypatch.setattr(gemm_panel, "chooses", lambda *args: False)
-    arrays = [_rand((256, 64), 0), _rand((96, 64), 1), _rand((96,), 2), _rand((96, 64), 3)]
+    arrays = [_rand((256, 64), 0), _rand((96, 64), 1), _rand((96,), 2), _rand((96, 128), 3)]
     _, executable = compile_graph(trace_graph(_dense, *arrays), fusion=True)
     assert _panel_products(executable)[0] == []
     x, w, b, w2 = arrays
