@@ -17,8 +17,11 @@ import warnings
 import numpy as np
 
 from . import build as _build
+from .codegen import _COLUMN_BLOCK, _PARALLEL_MIN
 
-_RUNTIME = r"""#include <cstdint>
+# the row sum shares out generated reductions' column blocks above their size threshold
+_RUNTIME = f"#define MS_PARALLEL_MIN {_PARALLEL_MIN}\n#define MS_SUM_COLUMN_BLOCK {_COLUMN_BLOCK}\n" + r"""#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
 typedef void (*kernel_t)(void**, const int64_t*);
@@ -93,12 +96,26 @@ extern "C" void ms_loop(const Instr* prog, int64_t count, int64_t steps, int64_t
 }
 
 /* p = {x, out}; n = {is_double, rows, cols}: out[j] = x[0][j] + x[1][j] + ... in row order, as
-   numpy's add.reduce sums a C-contiguous array over its leading axes (sum_to of a broadcast add) */
-template <typename T> static void sum_rows(const T* x, T* out, int64_t rows, int64_t cols) {
-  for (int64_t j = 0; j < cols; ++j) out[j] = x[j];
+   numpy's add.reduce sums a C-contiguous array over its leading axes (sum_to of a broadcast add).
+   Columns are independent: large sums share out fixed blocks of columns between threads, so every
+   output keeps numpy's bits whatever the thread count. */
+template <typename T> static void sum_columns(const T* x, T* out, int64_t rows, int64_t cols, int64_t j0,
+                                              int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) out[j] = x[j];
   for (int64_t i = 1; i < rows; ++i) {
     const T* row = x + i * cols;
-    for (int64_t j = 0; j < cols; ++j) out[j] += row[j];
+    for (int64_t j = j0; j < j1; ++j) out[j] += row[j];
+  }
+}
+
+template <typename T> static void sum_rows(const T* x, T* out, int64_t rows, int64_t cols) {
+  const int64_t blocks = (cols + MS_SUM_COLUMN_BLOCK - 1) / MS_SUM_COLUMN_BLOCK;
+  if (blocks > 1 && rows * cols > MS_PARALLEL_MIN) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b)
+      sum_columns(x, out, rows, cols, b * MS_SUM_COLUMN_BLOCK, std::min(cols, (b + 1) * MS_SUM_COLUMN_BLOCK));
+  } else {
+    sum_columns(x, out, rows, cols, 0, cols);
   }
 }
 
