@@ -32,6 +32,9 @@ _HALF_CHUNK = 256  # elements per chunk of a loop over contiguous float16 (float
 # from 256K elements on both a memory-bound add and a GELU gradient run 1.5x faster on two threads.
 # Rows are shared out whole, so a row kernel's per-row reductions do not depend on the thread count.
 _PARALLEL_MIN = 1 << 18
+# Element-operations (elements x fused ops) from which a kernel of many ops splits below
+# _PARALLEL_MIN elements: an AdamW update (14 ops) of a 1024 x 256 weight, a layer norm of 1024 rows.
+_PARALLEL_WORK = 1 << 20
 _BLOCK = 1 << 13  # elements of a flat loop's blocks (a multiple of every vector width)
 _COLUMN_BLOCK = 128  # columns of a leading-axes reduction per thread task (whole cache lines of output)
 
@@ -164,6 +167,11 @@ _FLOAT_LITERAL = re.compile(r"(?<![\w.])(?:\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE
 
 def storage_type(dtype):
     return CTYPES[np.dtype(dtype).name]
+
+
+def parallel_min(ops):
+    """Elements from which a generated kernel of `ops` fused operations runs on several threads."""
+    return min(_PARALLEL_MIN, max(2 * _BLOCK, -(-_PARALLEL_WORK // max(1, ops))))
 
 
 def compute_type(dtype):
@@ -474,7 +482,8 @@ class KernelSource:
         block += ["  " + x for x in self._pointers(offset) + self._body()] + ["}"]
         chunk = f"std::min<int64_t>({_BLOCK}, N - b * {_BLOCK})"
         kernel = [signature, "  const int64_t N = n[0];", f"  const int64_t blocks = (N + {_BLOCK - 1}) / {_BLOCK};",
-                  f"  if (N > {_PARALLEL_MIN}) {{", "    #pragma omp parallel for schedule(static)",
+                  f"  if (N >= {parallel_min(len(self.group.members))}) {{",
+                  "    #pragma omp parallel for schedule(static)",
                   f"    for (int64_t b = 0; b < blocks; ++b) ms_block(b * {_BLOCK}, {chunk}, p, n);",
                   "  } else {", f"    for (int64_t b = 0; b < blocks; ++b) ms_block(b * {_BLOCK}, {chunk}, p, n);",
                   "  }", "}"]
@@ -500,7 +509,7 @@ class KernelSource:
         row = ["static inline void ms_row(int64_t o, void** p, const int64_t* n) {"] + head[1:] + \
             ["  " + x for x in body] + ["}"]
         kernel = [head[0], f"  const int64_t L = n[{d - 1}];", f"  const int64_t rows = {rows};",
-                  f"  if (rows > 1 && rows * L > {_PARALLEL_MIN}) {{",
+                  f"  if (rows > 1 && rows * L >= {parallel_min(len(self.group.members))}) {{",
                   "    #pragma omp parallel for schedule(static)",
                   "    for (int64_t o = 0; o < rows; ++o) ms_row(o, p, n);",
                   "  } else {", "    for (int64_t o = 0; o < rows; ++o) ms_row(o, p, n);", "  }", "}"]
@@ -547,7 +556,7 @@ def _leading_reduction(head, unpack, name, load, combine, ct, y_dtype):
     columns += ["  (void)ko;", "}"]
     blocks = f"(nk + {_COLUMN_BLOCK - 1}) / {_COLUMN_BLOCK}"
     kernel = [head[0], "  const int64_t nk = n[0], nr = n[1];", f"  const int64_t blocks = {blocks};",
-              f"  if (blocks > 1 && nk * nr > {_PARALLEL_MIN}) {{", "    #pragma omp parallel for schedule(static)",
+              f"  if (blocks > 1 && nk * nr >= {_PARALLEL_MIN}) {{", "    #pragma omp parallel for schedule(static)",
               "    for (int64_t b = 0; b < blocks; ++b)",
               f"      ms_columns(p, n, b * {_COLUMN_BLOCK}, std::min<int64_t>(nk, (b + 1) * {_COLUMN_BLOCK}));",
               "  } else {", "    ms_columns(p, n, 0, nk);", "  }", "}"]

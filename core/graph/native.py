@@ -110,7 +110,7 @@ template <typename T> static void sum_columns(const T* x, T* out, int64_t rows, 
 
 template <typename T> static void sum_rows(const T* x, T* out, int64_t rows, int64_t cols) {
   const int64_t blocks = (cols + MS_SUM_COLUMN_BLOCK - 1) / MS_SUM_COLUMN_BLOCK;
-  if (blocks > 1 && rows * cols > MS_PARALLEL_MIN) {
+  if (blocks > 1 && rows * cols >= MS_PARALLEL_MIN) {
     #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < blocks; ++b)
       sum_columns(x, out, rows, cols, b * MS_SUM_COLUMN_BLOCK, std::min(cols, (b + 1) * MS_SUM_COLUMN_BLOCK));
