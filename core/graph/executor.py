@@ -33,15 +33,19 @@ def _native_enabled():
 
 def _attach_gemm(kernel, node, ins, out):
     """Mark a matrix product the C runner can issue as numpy's own BLAS call (and a sum over
-    leading axes as the same additions in C)."""
+    leading axes, or over the last one, as the same additions in C)."""
     if node.prim.name == "sum_to" and isinstance(ins[0], np.ndarray):
         from .half import attach_half_sum_rows
         if attach_half_sum_rows(kernel, ins[0], out):
             return
-        from .native import sum_rows_params
+        from .native import sum_last_params, sum_rows_params
         params = sum_rows_params(ins[0], out)
         if params is not None:
             kernel.native = ("sum_rows", (ins[0], out), params)
+            return
+        params = sum_last_params(ins[0], out)
+        if params is not None:
+            kernel.native = ("sum_last", (ins[0], out), params)
         return
     if node.prim.name == "matmul":
         a, b = ins

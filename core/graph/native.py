@@ -124,6 +124,46 @@ extern "C" void ms_sum_rows(void** p, const int64_t* n) {
   else sum_rows(static_cast<const float*>(p[0]), static_cast<float*>(p[1]), n[1], n[2]);
 }
 
+/* numpy's pairwise summation of n contiguous values (its add.reduce along a contiguous axis): up
+   to 128 values in eight accumulators, longer runs halved at a multiple of eight */
+template <typename T> static T pairwise_sum(const T* a, int64_t n) {
+  if (n < 8) {
+    T res = T(-0.0);
+    for (int64_t i = 0; i < n; ++i) res += a[i];
+    return res;
+  }
+  if (n <= 128) {
+    T r[8];
+    for (int j = 0; j < 8; ++j) r[j] = a[j];
+    int64_t i = 8;
+    for (; i < n - (n % 8); i += 8)
+      for (int j = 0; j < 8; ++j) r[j] += a[i + j];
+    T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) res += a[i];
+    return res;
+  }
+  int64_t half = n / 2;
+  half -= half % 8;
+  return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
+}
+
+/* p = {x, out}; n = {is_double, rows, cols}: out[i] = 0 + the pairwise sum of row i, numpy's
+   add.reduce over the last axis (sum_to (.., 1): the gradient of a per-row scale, as in RMSNorm).
+   Rows are independent: large sums share them out between threads, the bits stay numpy's. */
+template <typename T> static void sum_last(const T* x, T* out, int64_t rows, int64_t cols) {
+  if (rows > 1 && rows * cols >= MS_PARALLEL_MIN) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) out[i] = T(0) + pairwise_sum(x + i * cols, cols);
+  } else {
+    for (int64_t i = 0; i < rows; ++i) out[i] = T(0) + pairwise_sum(x + i * cols, cols);
+  }
+}
+
+extern "C" void ms_sum_last(void** p, const int64_t* n) {
+  if (n[0]) sum_last(static_cast<const double*>(p[0]), static_cast<double*>(p[1]), n[1], n[2]);
+  else sum_last(static_cast<const float*>(p[0]), static_cast<float*>(p[1]), n[1], n[2]);
+}
+
 /* p = {source, destination}; n = {bytes}: an in-place write of a whole array (assign) */
 extern "C" void ms_copy_bytes(void** p, const int64_t* n) { std::memcpy(p[1], p[0], n[0]); }
 
@@ -230,6 +270,7 @@ class _Runtime:
     failed = False
     gemm = None  # address of ms_gemm when numpy's BLAS was found
     sum_rows = None  # address of ms_sum_rows
+    sum_last = None  # address of ms_sum_last
 
 
 def _numpy_openblas_symbols(candidates):
@@ -298,7 +339,7 @@ def c_call(native):
     kind = native[0] if native is not None else None
     if kind == "kernel":
         return tuple(native[1:])
-    entry = {"gemm": _Runtime.gemm, "sum_rows": _Runtime.sum_rows}.get(kind)
+    entry = {"gemm": _Runtime.gemm, "sum_rows": _Runtime.sum_rows, "sum_last": _Runtime.sum_last}.get(kind)
     if entry is None:
         return None
     _, arrays, params = native
@@ -331,6 +372,7 @@ def runtime():
             library.ms_set_blas_threads(ctypes.c_void_p(threads[0]), ctypes.c_void_p(threads[1]),
                                         ctypes.c_double(SMALL_GEMM_WORK))
         _Runtime.sum_rows = ctypes.cast(library.ms_sum_rows, ctypes.c_void_p).value
+        _Runtime.sum_last = ctypes.cast(library.ms_sum_last, ctypes.c_void_p).value
         _Runtime.library = library
     return _Runtime.library
 
@@ -363,6 +405,15 @@ def sum_rows_params(x, out):
     if cols < 2 or rows < 1 or x.ndim == len(kept):
         return None
     return [int(x.dtype == np.float64), rows, cols]
+
+
+def sum_last_params(x, out):
+    """ms_sum_last params for out (.., 1) = x (.., cols) summed over its last axis, both C-contiguous
+    and of one float dtype (numpy's pairwise additions), else None."""
+    if x.dtype != out.dtype or x.dtype not in (np.float32, np.float64) or x.ndim < 2 or \
+            not (x.flags.c_contiguous and out.flags.c_contiguous) or out.shape != x.shape[:-1] + (1,):
+        return None
+    return [int(x.dtype == np.float64), out.size, x.shape[-1]]
 
 
 # ---------------------------------------------------------------------------------------------
