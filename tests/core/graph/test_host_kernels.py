@@ -1,7 +1,7 @@
 """Kernels of a compiled plan that replace numpy calls back into Python: a sum over leading axes
 (the gradient of a broadcast add) or over the last axis (of a per-row scale) as numpy's own
-additions in C, the strided copies collectives are built from, and collectives on a one-rank group (the multi-rank numbers are tested under
-mpiexec in tests/core/parallel/test_compiled_modes.py)."""
+additions in C, the strided copies collectives are built from, and collectives on a one-rank group
+(the multi-rank numbers are tested under mpiexec in tests/core/parallel/test_compiled_modes.py)."""
 import shutil
 
 import numpy as np
