@@ -583,15 +583,16 @@ def reduction_source(node, leading, kept_contiguous):
     load = load_value(x_dtype, load)
     if leading:
         return PRELUDE + "\n".join(_leading_reduction(lines[:3], lines[3:], name, load, combine, ct, y_dtype)) + "\n"
-    acc_t = "double" if np.dtype(node.dtype).kind == "f" and name in ("sum", "mean") else ct
-    init = {"sum": "0", "mean": "0", "max": f"-std::numeric_limits<{acc_t}>::infinity()",
-            "min": f"std::numeric_limits<{acc_t}>::infinity()"}[name]
-    value = load_value(x_dtype, "x[k0 + ro[r]]")
-    total = "acc / static_cast<double>(nr)" if name == "mean" else "acc"
-    lines += ["  for (int64_t k = 0; k < nk; ++k) {", f"    const int64_t k0 = ko[k];",
-              f"    {acc_t} acc = {init};",
-              "    for (int64_t r = 0; r < nr; ++r)",
-              f"      acc = {combine.format(a='acc', v=f'static_cast<{acc_t}>({value})')};",
-              f"    y[k] = {store_value(y_dtype, total)};",
-              "  }"]
+    else:
+        acc_t = "double" if np.dtype(node.dtype).kind == "f" and name in ("sum", "mean") else ct
+        init = {"sum": "0", "mean": "0", "max": f"-std::numeric_limits<{acc_t}>::infinity()",
+                "min": f"std::numeric_limits<{acc_t}>::infinity()"}[name]
+        value = load_value(x_dtype, "x[k0 + ro[r]]")
+        total = "acc / static_cast<double>(nr)" if name == "mean" else "acc"
+        lines += ["  for (int64_t k = 0; k < nk; ++k) {", f"    const int64_t k0 = ko[k];",
+                  f"    {acc_t} acc = {init};",
+                  "    for (int64_t r = 0; r < nr; ++r)",
+                  f"      acc = {combine.format(a='acc', v=f'static_cast<{acc_t}>({value})')};",
+                  f"    y[k] = {store_value(y_dtype, total)};",
+                  "  }"]
     return PRELUDE + "\n".join(lines + ["}"]) + "\n"
