@@ -76,7 +76,9 @@ class _PositionBias(nn.Cell):
         relative = np.arange(key_len)[None, :] - (np.arange(query_len)[:, None] + offset)
         buckets = relative_position_bucket(relative, self.bidirectional, self.config.relative_buckets,
                                            self.config.relative_max_distance)
-        return F.transpose(self.table(Tensor(buckets)), (2, 0, 1))
+        # looked up along the heads-first table: (h, T, S) comes out contiguous, as the fused
+        # attention reads its bias in place (a transposed (T, S, h) lookup would be read from Python)
+        return F.gather(F.transpose(self.table.embedding_table, (1, 0)), Tensor(buckets), 1)
 
 
 def _block(config, cross):
