@@ -23,7 +23,7 @@ from mstrain.ops import functional as F
 from mstrain.random import default_generator
 
 from .generation import check_generate_args, sample_next
-from .layers import KVCache, RMSNorm, TransformerBlock, causal_mask
+from .layers import KVCache, RMSNorm, TransformerBlock
 
 __all__ = ["T5Config", "T5", "T5WithLoss", "relative_position_bucket"]
 
@@ -76,14 +76,18 @@ class _PositionBias(nn.Cell):
         relative = np.arange(key_len)[None, :] - (np.arange(query_len)[:, None] + offset)
         buckets = relative_position_bucket(relative, self.bidirectional, self.config.relative_buckets,
                                            self.config.relative_max_distance)
-        return F.transpose(self.table(Tensor(buckets)), (2, 0, 1))
+        # looked up along the heads-first table: (h, T, S) comes out contiguous, as the fused
+        # attention reads its bias in place (a transposed (T, S, h) lookup would be read from Python)
+        return F.gather(F.transpose(self.table.embedding_table, (1, 0)), Tensor(buckets), 1)
 
 
 def _block(config, cross):
+    """An encoder block, or a decoder block (`cross`): cross-attention, and causal self-attention
+    (the fused attention skips the masked keys instead of adding a -inf mask to the bias)."""
     c = config
     return TransformerBlock(c.hidden_size, c.num_heads, c.ffn_hidden_size, None, activation="relu", has_bias=False,
                             norm="rms_norm", epsilon=c.layernorm_epsilon, cross_attention=cross,
-                            scale=False)
+                            scale=False, causal=cross)
 
 
 class T5(nn.Cell):
@@ -131,9 +135,8 @@ class T5(nn.Cell):
         offset = 0 if cache is None else cache.length
         x = self.embedding(decoder_ids)
         bias = self.decoder_bias(t, offset + t, offset)
-        mask = causal_mask(t, offset + t, offset)
         for layer, block in enumerate(self.decoder):
-            x = block(x, mask=mask, bias=bias, memory=memory, cache=cache, layer=layer)
+            x = block(x, bias=bias, memory=memory, cache=cache, layer=layer)
         if cache is not None:
             cache.advance(t)
         hidden = F.mul(self.decoder_norm(x), self.config.hidden_size ** -0.5)

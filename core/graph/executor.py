@@ -25,17 +25,21 @@ _INPLACE_UNSAFE = {"where", "cast"}  # their out= kernels read an input after wr
 
 def _attach_gemm(kernel, node, ins, out):
     """Mark a matrix product the C runner can issue as eager computes it: the short-side kernel
-    (mstrain.kernels.thin_gemm) or numpy's own BLAS call (and a sum over leading axes as the same
-    additions in C). Returns the kernel to run: `kernel`, or for a transformer-shaped product the
-    packed GEMM's (mstrain.kernels.gemm_panel)."""
+    (mstrain.kernels.thin_gemm) or numpy's own BLAS call (and a sum over leading axes, or over the
+    last one, as the same additions in C). Returns the kernel to run: `kernel`, or for a
+    transformer-shaped product the packed GEMM's (mstrain.kernels.gemm_panel)."""
     if node.prim.name == "sum_to" and isinstance(ins[0], np.ndarray):
         from .half import attach_half_sum_rows
         if attach_half_sum_rows(kernel, ins[0], out):
             return kernel
-        from .native import sum_rows_params
+        from .native import sum_last_params, sum_rows_params
         params = sum_rows_params(ins[0], out)
         if params is not None:
             kernel.native = ("sum_rows", (ins[0], out), params)
+            return kernel
+        params = sum_last_params(ins[0], out)
+        if params is not None:
+            kernel.native = ("sum_last", (ins[0], out), params)
         return kernel
     if node.prim.name == "matmul":
         a, b = ins

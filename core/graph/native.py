@@ -17,8 +17,11 @@ import warnings
 import numpy as np
 
 from . import build as _build
+from .codegen import _COLUMN_BLOCK, _PARALLEL_MIN
 
-_RUNTIME = r"""#include <cstdint>
+# the row sum shares out generated reductions' column blocks above their size threshold
+_RUNTIME = f"#define MS_PARALLEL_MIN {_PARALLEL_MIN}\n#define MS_SUM_COLUMN_BLOCK {_COLUMN_BLOCK}\n" + r"""#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
 typedef void (*kernel_t)(void**, const int64_t*);
@@ -93,18 +96,72 @@ extern "C" void ms_loop(const Instr* prog, int64_t count, int64_t steps, int64_t
 }
 
 /* p = {x, out}; n = {is_double, rows, cols}: out[j] = x[0][j] + x[1][j] + ... in row order, as
-   numpy's add.reduce sums a C-contiguous array over its leading axes (sum_to of a broadcast add) */
-template <typename T> static void sum_rows(const T* x, T* out, int64_t rows, int64_t cols) {
-  for (int64_t j = 0; j < cols; ++j) out[j] = x[j];
+   numpy's add.reduce sums a C-contiguous array over its leading axes (sum_to of a broadcast add).
+   Columns are independent: large sums share out fixed blocks of columns between threads, so every
+   output keeps numpy's bits whatever the thread count. */
+template <typename T> static void sum_columns(const T* x, T* out, int64_t rows, int64_t cols, int64_t j0,
+                                              int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) out[j] = x[j];
   for (int64_t i = 1; i < rows; ++i) {
     const T* row = x + i * cols;
-    for (int64_t j = 0; j < cols; ++j) out[j] += row[j];
+    for (int64_t j = j0; j < j1; ++j) out[j] += row[j];
+  }
+}
+
+template <typename T> static void sum_rows(const T* x, T* out, int64_t rows, int64_t cols) {
+  const int64_t blocks = (cols + MS_SUM_COLUMN_BLOCK - 1) / MS_SUM_COLUMN_BLOCK;
+  if (blocks > 1 && rows * cols >= MS_PARALLEL_MIN) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b)
+      sum_columns(x, out, rows, cols, b * MS_SUM_COLUMN_BLOCK, std::min(cols, (b + 1) * MS_SUM_COLUMN_BLOCK));
+  } else {
+    sum_columns(x, out, rows, cols, 0, cols);
   }
 }
 
 extern "C" void ms_sum_rows(void** p, const int64_t* n) {
   if (n[0]) sum_rows(static_cast<const double*>(p[0]), static_cast<double*>(p[1]), n[1], n[2]);
   else sum_rows(static_cast<const float*>(p[0]), static_cast<float*>(p[1]), n[1], n[2]);
+}
+
+/* numpy's pairwise summation of n contiguous values (its add.reduce along a contiguous axis): up
+   to 128 values in eight accumulators, longer runs halved at a multiple of eight */
+template <typename T> static T pairwise_sum(const T* a, int64_t n) {
+  if (n < 8) {
+    T res = T(-0.0);
+    for (int64_t i = 0; i < n; ++i) res += a[i];
+    return res;
+  }
+  if (n <= 128) {
+    T r[8];
+    for (int j = 0; j < 8; ++j) r[j] = a[j];
+    int64_t i = 8;
+    for (; i < n - (n % 8); i += 8)
+      for (int j = 0; j < 8; ++j) r[j] += a[i + j];
+    T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) res += a[i];
+    return res;
+  }
+  int64_t half = n / 2;
+  half -= half % 8;
+  return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
+}
+
+/* p = {x, out}; n = {is_double, rows, cols}: out[i] = 0 + the pairwise sum of row i, numpy's
+   add.reduce over the last axis (sum_to (.., 1): the gradient of a per-row scale, as in RMSNorm).
+   Rows are independent: large sums share them out between threads, the bits stay numpy's. */
+template <typename T> static void sum_last(const T* x, T* out, int64_t rows, int64_t cols) {
+  if (rows > 1 && rows * cols >= MS_PARALLEL_MIN) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) out[i] = T(0) + pairwise_sum(x + i * cols, cols);
+  } else {
+    for (int64_t i = 0; i < rows; ++i) out[i] = T(0) + pairwise_sum(x + i * cols, cols);
+  }
+}
+
+extern "C" void ms_sum_last(void** p, const int64_t* n) {
+  if (n[0]) sum_last(static_cast<const double*>(p[0]), static_cast<double*>(p[1]), n[1], n[2]);
+  else sum_last(static_cast<const float*>(p[0]), static_cast<float*>(p[1]), n[1], n[2]);
 }
 
 /* p = {source, destination}; n = {bytes}: an in-place write of a whole array (assign) */
@@ -213,6 +270,7 @@ class _Runtime:
     failed = False
     gemm = None  # address of ms_gemm when numpy's BLAS was found
     sum_rows = None  # address of ms_sum_rows
+    sum_last = None  # address of ms_sum_last
 
 
 def _numpy_openblas_symbols(candidates):
@@ -281,7 +339,8 @@ def c_call(native):
     kind = native[0] if native is not None else None
     if kind == "kernel":
         return tuple(native[1:])
-    entry = {"gemm": _Runtime.gemm, "sum_rows": _Runtime.sum_rows, "thin_gemm": _thin_gemm_entry()}.get(kind)
+    entry = {"gemm": _Runtime.gemm, "sum_rows": _Runtime.sum_rows, "sum_last": _Runtime.sum_last,
+             "thin_gemm": _thin_gemm_entry()}.get(kind)
     if entry is None:
         return None
     _, arrays, params = native
@@ -320,6 +379,7 @@ def runtime():
             library.ms_set_blas_threads(ctypes.c_void_p(threads[0]), ctypes.c_void_p(threads[1]),
                                         ctypes.c_double(SMALL_GEMM_WORK))
         _Runtime.sum_rows = ctypes.cast(library.ms_sum_rows, ctypes.c_void_p).value
+        _Runtime.sum_last = ctypes.cast(library.ms_sum_last, ctypes.c_void_p).value
         _Runtime.library = library
     return _Runtime.library
 
@@ -352,6 +412,15 @@ def sum_rows_params(x, out):
     if cols < 2 or rows < 1 or x.ndim == len(kept):
         return None
     return [int(x.dtype == np.float64), rows, cols]
+
+
+def sum_last_params(x, out):
+    """ms_sum_last params for out (.., 1) = x (.., cols) summed over its last axis, both C-contiguous
+    and of one float dtype (numpy's pairwise additions), else None."""
+    if x.dtype != out.dtype or x.dtype not in (np.float32, np.float64) or x.ndim < 2 or \
+            not (x.flags.c_contiguous and out.flags.c_contiguous) or out.shape != x.shape[:-1] + (1,):
+        return None
+    return [int(x.dtype == np.float64), out.size, x.shape[-1]]
 
 
 # ---------------------------------------------------------------------------------------------

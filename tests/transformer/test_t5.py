@@ -55,6 +55,15 @@ def net():
     return model
 
 
+@pytest.mark.parametrize("stack,bidirectional,offset", [("encoder_bias", True, 0), ("decoder_bias", False, 3)])
+def test_position_bias_is_the_table_row_of_each_bucket_per_head(net, stack, bidirectional, offset):
+    table = getattr(net, stack).table.embedding_table.asnumpy()  # (buckets, heads)
+    got = getattr(net, stack)(5, 8, offset).asnumpy()           # (heads, T, S)
+    relative = np.arange(8)[None, :] - (np.arange(5)[:, None] + offset)
+    buckets = relative_position_bucket(relative, bidirectional, 32, 128)
+    np.testing.assert_array_equal(got, np.transpose(table[buckets], (2, 0, 1)))
+
+
 def test_decoder_causal_encoder_bidirectional(net):
     rng = np.random.default_rng(2)
     src, dec = rng.integers(2, 20, (1, 7)).astype(np.int32), rng.integers(2, 20, (1, 6)).astype(np.int32)

@@ -8,7 +8,9 @@
 // Causal masking aligns the last query with the last key (query i sees keys j <= i + S - T, as a KV cache
 // needs); a row that sees no key gets zero probabilities. The masked part is never computed: rows are taken
 // in blocks and each block's products stop at its last visible key. Blocks are independent, so results do
-// not depend on the thread count. float products run on the small-GEMM tiles (AVX-512 / AVX2), double
+// not depend on the thread count; threads take (batch, head) blocks as they finish (dynamic schedule), so a
+// thread whose core is busy (another process, a BLAS worker still spinning after a product) holds back only
+// the blocks it took, not a fixed half. float products run on the small-GEMM tiles (AVX-512 / AVX2), double
 // (used by the finite-difference tests) on plain loops; softmax sums accumulate in T.
 // Each pass has a pybind11 entry (eager) and a C entry `void f(void** pointers, const int64_t* params)` the
 // compiled step loop calls directly.
@@ -185,7 +187,7 @@ void attention_forward(const View<const T>& q, const View<const T>& k, const Vie
 #pragma omp parallel if (parallel)
     {
         std::vector<T> key_t(d.d * d.s), scratch(probs ? 0 : d.t * d.s);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
         for (int64_t blk = 0; blk < blocks; ++blk) {
             const T* vb = v.block(blk, d.h);
             T* pb = probs ? probs + blk * d.t * d.s : scratch.data();
@@ -228,7 +230,7 @@ void attention_backward(const View<const T>& q, const View<const T>& k, const Vi
 #pragma omp parallel if (parallel)
     {
         std::vector<T> value_t(std::max(d.e, d.d) * d.s), probs(d.t * d.s), scratch(gscores ? 0 : d.t * d.s);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
         for (int64_t blk = 0; blk < blocks; ++blk) {
             const T* qb = q.block(blk, d.h);
             const T* kb = k.block(blk, d.h);

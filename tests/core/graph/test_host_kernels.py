@@ -1,7 +1,7 @@
 """Kernels of a compiled plan that replace numpy calls back into Python: a sum over leading axes
-(the gradient of a broadcast add) as numpy's own additions in C, the strided copies collectives
-are built from, and collectives on a one-rank group (the multi-rank numbers are tested under
-mpiexec in tests/core/parallel/test_compiled_modes.py)."""
+(the gradient of a broadcast add) or over the last axis (of a per-row scale) as numpy's own
+additions in C, the strided copies collectives are built from, and collectives on a one-rank group
+(the multi-rank numbers are tested under mpiexec in tests/core/parallel/test_compiled_modes.py)."""
 import shutil
 
 import numpy as np
@@ -39,6 +39,18 @@ def test_sum_to_leading_ones_runs_in_c_with_numpys_additions(trace_graph, shape,
     lead = len(shape) - len(target)
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(target) if n == 1 and shape[lead + i] != 1)
     np.testing.assert_array_equal(got, np.sum(x, axis=axes, keepdims=True).reshape(target))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(16, 128, 256), (5, 7, 300), (4, 1000), (3, 5), (2, 3, 8), (6, 129)])
+def test_sum_over_the_last_axis_runs_in_c_with_numpys_pairwise_additions(trace_graph, dtype, shape):
+    # the gradient of a per-row scale (T5's RMSNorm): runs of < 8, up to 128 and longer ones halved
+    x = (np.random.default_rng(4).standard_normal(shape) * 1e3).astype(dtype)
+    target = shape[:-1] + (1,)
+    _, executable = compile_graph(trace_graph(lambda a: sum_to(a, target), x), fusion=False)
+    assert executable.native().python_calls == 0
+    (got,) = executable.run([x])
+    np.testing.assert_array_equal(got, np.add.reduce(x, axis=-1, keepdims=True))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])

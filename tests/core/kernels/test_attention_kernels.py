@@ -2,6 +2,10 @@
 against the numpy references, the references against finite differences, the op in eager, graph and
 loop-sink mode (native steps, no Python in the loop), the shard rule, and PyTorch's values when torch
 is installed."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -70,6 +74,43 @@ def test_native_reads_head_views_in_place_and_the_bsnd_layout_matches(monkeypatc
     for a, b in zip(got[:3], expected[:3]):
         np.testing.assert_allclose(np.swapaxes(a, 1, 2), b, **_tol(dtype))
     np.testing.assert_allclose(got[3], expected[3], **_tol(dtype))
+
+
+_THREADS_PROBE = r"""
+import sys
+import numpy as np
+from mstrain.kernels import attention as K
+rng = np.random.default_rng(5)
+q, k, v, gout = (rng.standard_normal((4, 64, 4, 32)).astype(np.float32) for _ in range(4))  # BSND, GPT-like
+bias = rng.standard_normal((1, 4, 64, 64)).astype(np.float32)
+out, _ = K.attention_forward(q, k, v, bias, 0.2, True, probs=False, layout="BSND")
+grads = K.attention_backward(q, k, v, bias, out, gout, 0.2, True, True, layout="BSND")
+np.savez(sys.argv[1], q=q, k=k, v=v, gout=gout, bias=bias, out=out, gq=grads[0], gk=grads[1], gv=grads[2],
+         gbias=grads[3])
+"""
+
+
+def test_native_attention_gives_the_same_bits_on_one_and_two_threads(monkeypatch, tmp_path):
+    """(batch, head) blocks go to whichever thread is free; each is computed the same way, so the
+    numbers are the one-thread numbers (and the reference's)."""
+    _native_only(monkeypatch)
+    runs = []
+    for threads in (1, 2):
+        path = tmp_path / f"attention{threads}.npz"
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        subprocess.run([sys.executable, "-c", _THREADS_PROBE, str(path)], env=env, check=True, timeout=240)
+        with np.load(path) as archive:
+            runs.append({key: archive[key] for key in archive.files})
+    one, two = runs
+    for key in ("out", "gq", "gk", "gv", "gbias"):
+        np.testing.assert_array_equal(one[key], two[key])
+    views = [np.ascontiguousarray(np.swapaxes(one[key], 1, 2)) for key in ("q", "k", "v", "gout")]
+    ref_out, _ = K.reference_attention_forward(*views[:3], one["bias"], 0.2, True)
+    np.testing.assert_allclose(np.swapaxes(two["out"], 1, 2), ref_out, **_tol(np.float32))
+    expected = K.reference_attention_backward(*views[:3], one["bias"], ref_out, views[3], 0.2, True, True)
+    for key, ref in zip(("gq", "gk", "gv"), expected[:3]):
+        np.testing.assert_allclose(np.swapaxes(two[key], 1, 2), ref, **_tol(np.float32))
+    np.testing.assert_allclose(two["gbias"], expected[3], **_tol(np.float32))
 
 
 def test_reference_gradients_against_finite_differences():
