@@ -5,27 +5,29 @@ import sys
 
 import pytest
 
-PROBE = "import os, core; print(os.environ.get('OPENBLAS_NUM_THREADS'), os.environ.get('OMP_WAIT_POLICY'))"
+PROBE = ("import os, mstrain; print(os.environ.get('OPENBLAS_NUM_THREADS'), os.environ.get('OMP_WAIT_POLICY'), "
+         "os.environ.get('OPENBLAS_THREAD_TIMEOUT'))")
 
 
 def _probe(**env_overrides):
     env = {k: v for k, v in os.environ.items()
            if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY",
-                        "PMI_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")}
+                        "OPENBLAS_THREAD_TIMEOUT", "PMI_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")}
     env.update(env_overrides)
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
     return out.stdout.split()
 
 
-def test_single_process_keeps_blas_threads_and_makes_openmp_passive():
-    assert _probe() == ["None", "PASSIVE"]
+def test_single_process_keeps_blas_threads_and_makes_openmp_and_openblas_workers_sleep():
+    assert _probe() == ["None", "PASSIVE", "4"]
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_mpi_ranks_split_the_cores(ranks):
-    blas, _ = _probe(PMI_SIZE=str(ranks), MPI_LOCALNRANKS=str(ranks))
+    blas, _, _ = _probe(PMI_SIZE=str(ranks), MPI_LOCALNRANKS=str(ranks))
     assert blas == str(max(1, (os.cpu_count() or 1) // ranks))
 
 
 def test_user_settings_win():
-    assert _probe(PMI_SIZE="2", OMP_NUM_THREADS="3", OMP_WAIT_POLICY="ACTIVE") == ["None", "ACTIVE"]
+    assert _probe(PMI_SIZE="2", OMP_NUM_THREADS="3", OMP_WAIT_POLICY="ACTIVE",
+                  OPENBLAS_THREAD_TIMEOUT="10") == ["None", "ACTIVE", "10"]
