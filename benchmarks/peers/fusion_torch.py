@@ -5,22 +5,10 @@ mstrain). Prints one JSON line per workload: median milliseconds per call after 
 """
 import argparse
 import json
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
-
-
-def _median_ms(call, repeats, warmup=5):
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+from _timing import median_seconds
 
 
 def main():
@@ -46,7 +34,7 @@ def main():
             call = torch.compile(fn) if args.compile else fn
             line = {"workload": "fusion", "name": fn.__name__, "peer": "torch",
                     "mode": "compile" if args.compile else "eager", "speed_metric": "ms_per_call",
-                    "speed": round(_median_ms(call, args.repeats), 6), "torch_version": torch.__version__,
+                    "speed": round(median_seconds(call, args.repeats, warmup=5) * 1e3, 6), "torch_version": torch.__version__,
                     "threads": 2}
             print(json.dumps(line), flush=True)
 

@@ -5,22 +5,10 @@ the command line ([[name, m, n, k, trans_a, trans_b], ...]) and prints one JSON 
 dtype: median microseconds per call after warm-up (an `out=` product, no allocation), per thread count.
 """
 import json
-import statistics
 import sys
-import time
 
 import torch
-
-
-def _median_us(call, repeats, warmup=20):
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+from _timing import median_seconds
 
 
 def main():
@@ -36,7 +24,8 @@ def main():
                     "torch_version": torch.__version__}
             for threads in (1, 2):
                 torch.set_num_threads(threads)
-                line[f"us_{threads}_thread"] = round(_median_us(lambda: torch.matmul(a, b, out=out), repeats), 2)
+                seconds = median_seconds(lambda: torch.matmul(a, b, out=out), repeats, warmup=20)
+                line[f"us_{threads}_thread"] = round(seconds * 1e6, 2)
             print(json.dumps(line), flush=True)
 
 
