@@ -148,6 +148,9 @@ class HalfGemm:
         self.a_flat, self.a32 = (None, a) if self.exact[0] else _scratch_like(a)
         self.b_flat, self.b32 = (None, b) if self.exact[1] else _scratch_like(b)
         self.c_flat, self.c32 = _scratch_like(out)
+        from ..kernels import thin_gemm  # a product with a short side: eager's float32 kernel
+        self.thin = thin_gemm.product_params(self.a32, self.b32, self.c32) \
+            if isinstance(self.c32, np.ndarray) else None
         self.native = self._native_steps()
 
     def __call__(self):
@@ -155,7 +158,11 @@ class HalfGemm:
             np.copyto(self.a32, _as_half(self.a))
         if not self.exact[1]:
             np.copyto(self.b32, _as_half(self.b))
-        np.matmul(self.a32, self.b32, self.c32)
+        if self.thin is not None:
+            from ..kernels import thin_gemm
+            thin_gemm.matmul_into(self.a32, self.b32, self.c32, self.thin)
+        else:
+            np.matmul(self.a32, self.b32, self.c32)
         np.copyto(self.out, self.c32, casting="same_kind")
         if self.flag is not None:
             self.flag[...] = 0.0 if np.isfinite(self.out).all() else np.nan
@@ -168,8 +175,13 @@ class HalfGemm:
                 any(flat is None and not exact for flat, exact in zip((self.a_flat, self.b_flat), self.exact)):
             return None
         from .gemm_layout import swapped_steps
-        swapped = swapped_steps(self.a32, self.b32, self.c32)  # the float32 product's faster layout
-        if swapped is not None:
+        swapped = None if self.thin is not None else swapped_steps(self.a32, self.b32, self.c32)
+        if self.thin is not None:
+            call = native.c_call(("thin_gemm", (self.a32, self.b32, self.c32), self.thin))
+            if call is None:
+                return None
+            product = [call]
+        elif swapped is not None:  # the float32 product's faster layout
             product, self.swap_scratch = swapped
         else:
             params = native.gemm_params(self.a32, self.b32, self.c32)

@@ -375,8 +375,8 @@ def numpy_matmul(x, y):
     a short side runs on mstrain.kernels.thin_gemm (as in a compiled step); other small products run
     on one BLAS thread, as in a compiled step (`_blas_thread_policy`)."""
     if x.dtype == np.float16 and y.dtype == np.float16:
-        from ..kernels.half import astype  # float16 products stay on BLAS, as the compiled float16 product does
-        return astype(_blas_matmul(astype(x, np.float32), astype(y, np.float32)), np.float16)
+        from ..kernels.half import astype  # the float32 product the compiled float16 product computes
+        return astype(numpy_matmul(astype(x, np.float32), astype(y, np.float32)), np.float16)
     if x.dtype.kind not in "fc" or y.dtype.kind not in "fc" or x.ndim == 0 or y.ndim == 0:
         return np.matmul(x, y)
     if x.ndim == 2 and y.ndim == 2 and x.dtype == y.dtype and x.shape[1] == y.shape[0]:
