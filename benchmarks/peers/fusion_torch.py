@@ -5,10 +5,14 @@ mstrain). Prints one JSON line per workload: median milliseconds per call after 
 """
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _timing import median_seconds
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the timing every script uses
+from _common import median_seconds  # noqa: E402
 
 
 def main():

@@ -6,9 +6,12 @@ dtype: median microseconds per call after warm-up (an `out=` product, no allocat
 """
 import json
 import sys
+from pathlib import Path
 
 import torch
-from _timing import median_seconds
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the timing every script uses
+from _common import median_seconds  # noqa: E402
 
 
 def main():

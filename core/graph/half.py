@@ -15,6 +15,7 @@ with numpy's results bit for bit: the CPU's F16C / AVX-512 instructions where th
 them, branch-free bit arithmetic elsewhere (see codegen.HALF_HELPERS).
 """
 import ctypes
+import functools
 import numpy as np
 
 from . import build as _build
@@ -151,6 +152,8 @@ class HalfGemm:
         from ..kernels import thin_gemm  # a product with a short side: eager's float32 kernel
         self.thin = thin_gemm.product_params(self.a32, self.b32, self.c32) \
             if isinstance(self.c32, np.ndarray) else None
+        self._product = functools.partial(thin_gemm.matmul_into, self.a32, self.b32, self.c32, self.thin) \
+            if self.thin is not None else functools.partial(np.matmul, self.a32, self.b32, self.c32)
         self.native = self._native_steps()
 
     def __call__(self):
@@ -158,11 +161,7 @@ class HalfGemm:
             np.copyto(self.a32, _as_half(self.a))
         if not self.exact[1]:
             np.copyto(self.b32, _as_half(self.b))
-        if self.thin is not None:
-            from ..kernels import thin_gemm
-            thin_gemm.matmul_into(self.a32, self.b32, self.c32, self.thin)
-        else:
-            np.matmul(self.a32, self.b32, self.c32)
+        self._product()
         np.copyto(self.out, self.c32, casting="same_kind")
         if self.flag is not None:
             self.flag[...] = 0.0 if np.isfinite(self.out).all() else np.nan

@@ -265,14 +265,6 @@ void for_each_chunk(int64_t n, int64_t step, Body&& body) {
     reinterpret_cast<set_threads_t>(g_blas.set_threads)(saved);
 }
 
-int max_slots() {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
 // The filter gradient from its per-chunk transposed parts (rows/groups x O/groups per group): the parts
 // summed in chunk order, then transposed into dw (O, C/groups, kh, kw).
 template <typename T>
@@ -303,7 +295,7 @@ bool use_small_gemm(const double*, const Geometry&, bool) { return false; }
 
 void conv_forward_small(const float* x, const float* w, float* out, const Geometry& g, int64_t o, int64_t groups) {
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), rows_g = rows / groups, o_g = o / groups;
-    Scratch<float> cols(max_slots() * rows * p);
+    Scratch<float> cols(max_threads() * rows * p);
     for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
         float* c = cols.data() + slot * rows * p;
         im2col(x + n0 * g.c * g.in_plane(), c, chunk_of(g, 1));
@@ -318,7 +310,7 @@ void conv_forward_small(const float* x, const float* w, float* out, const Geomet
 void conv_backward_input_small(const float* grad, const float* w, float* dx, const Geometry& g, int64_t o,
                                int64_t groups) {
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), rows_g = rows / groups, o_g = o / groups;
-    Scratch<float> cols(max_slots() * rows * p);
+    Scratch<float> cols(max_threads() * rows * p);
     for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
         float* c = cols.data() + slot * rows * p;
         for (int64_t k = 0; k < groups; ++k) {
@@ -336,7 +328,7 @@ constexpr int64_t kFilterBlock = 8;
 void conv_backward_filter_small(const float* x, const float* grad, float* dw, const Geometry& g, int64_t o,
                                 int64_t groups) {
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), rows_g = rows / groups, o_g = o / groups;
-    const int64_t blocks = (g.n + kFilterBlock - 1) / kFilterBlock, part = rows_g * o, slots = max_slots();
+    const int64_t blocks = (g.n + kFilterBlock - 1) / kFilterBlock, part = rows_g * o, slots = max_threads();
     Scratch<float> cols(slots * rows * p), grad_t(slots * p * o), parts(blocks * part);
     for_each_chunk(g.n, kFilterBlock, [&](int64_t n0, int64_t b, int slot) {
         float* c = cols.data() + slot * rows * p;
@@ -385,7 +377,7 @@ void conv_forward(const T* x, const T* w, T* out, const Geometry& g, int64_t o, 
         if (use_small_gemm(x, g, false)) return conv_forward_small(x, w, out, g, o, groups);
     }
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
-    const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_slots();
+    const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_threads();
     Scratch<T> cols(slots * rows * step * p), block(slots * o * step * p);
     for_each_chunk(g.n, step, [&](int64_t n0, int64_t b, int slot) {
         const int64_t width = b * p;
@@ -412,7 +404,7 @@ void conv_backward_filter(const T* x, const T* grad, T* dw, const Geometry& g, i
         if (use_small_gemm(x, g, true)) return conv_backward_filter_small(x, grad, dw, g, o, groups);
     }
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
-    const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_slots();
+    const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_threads();
     const int64_t chunks = (g.n + step - 1) / step, part = rows_g * o;
     // dw transposed, (rows/groups, O/groups) per group: the GEMM with the long sum over the batch runs
     // about 1.6x faster this way round when O is small (measured with OpenBLAS)
@@ -440,7 +432,7 @@ void conv_backward_input(const T* grad, const T* w, T* dx, const Geometry& g, in
         if (use_small_gemm(grad, g, false)) return conv_backward_input_small(grad, w, dx, g, o, groups);
     }
     const int64_t rows = g.c * g.kh * g.kw, p = g.out_plane(), step = chunk_samples<T>(g);
-    const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_slots();
+    const int64_t rows_g = rows / groups, o_g = o / groups, slots = max_threads();
     Scratch<T> cols(slots * rows * step * p), block(slots * o * step * p);
     for_each_chunk(g.n, step, [&](int64_t n0, int64_t b, int slot) {
         const int64_t width = b * p;

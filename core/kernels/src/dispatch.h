@@ -23,6 +23,15 @@ namespace mstrain {
 // Below this many elements a parallel region costs more than it saves (measured on 2 cores).
 constexpr int64_t kParallelGrain = 1 << 16;
 
+// The threads a parallel region may use: per-thread scratch slots are sized by it (1 without OpenMP).
+inline int max_threads() {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 inline bool is_float(const py::array& a, int bytes) {
     return a.dtype().kind() == 'f' && a.itemsize() == bytes;
 }

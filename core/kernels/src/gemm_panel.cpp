@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "dispatch.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -219,14 +221,6 @@ static void gemm(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* 
     }
 }
 
-static int default_threads() {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
 // ms_gemm's parameters: n = {is_double, transA, transB, M, N, K, lda, ldb, ldc,
 //                            batch0, batch1, sA0, sA1, sB0, sB1, sC0, sC1}; p = {A, B, C}
 template <typename T>
@@ -256,7 +250,7 @@ static void run(const Isa& isa, void** p, const int64_t* n, int threads) {
 // OpenMP threads (one below kThreadedWork multiply-adds).
 extern "C" void ms_gemm_panel(void** p, const int64_t* n) {
     using namespace mstrain::gemm_panel;
-    run(*best_isa(), p, n, default_threads());
+    run(*best_isa(), p, n, mstrain::max_threads());
 }
 
 namespace {
@@ -280,7 +274,7 @@ void gemm_panel_py(const py::list& arrays, const std::vector<int64_t>& params, c
     void* pointers[3];
     for (int i = 0; i < 3; ++i) pointers[i] = const_cast<void*>(arrays[i].cast<py::array>().data());
     const Isa& chosen = isa_named(isa);
-    if (threads <= 0) threads = mstrain::gemm_panel::default_threads();
+    if (threads <= 0) threads = mstrain::max_threads();
     py::gil_scoped_release release;
     mstrain::gemm_panel::run(chosen, pointers, params.data(), threads);
 }
