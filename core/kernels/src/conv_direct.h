@@ -12,7 +12,7 @@
 //                  (at most 16 output channels on large planes: positions in the lanes, conv_filter_lanes.h)
 // Sums run in a fixed order (taps, then channels; the filter gradient in fixed blocks of samples), so
 // the results do not depend on the thread count.
-// Included by conv.cpp after for_each_chunk, max_slots and kFilterBlock, which it uses.
+// Included by conv.cpp after for_each_chunk, max_threads (dispatch.h) and kFilterBlock, which it uses.
 #pragma once
 
 #include <algorithm>
@@ -204,7 +204,7 @@ inline void forward(const float* x, const float* w, float* out, const Geometry& 
     const int64_t taps = g.kh * g.kw, grid = g.oh * pad.cols, per_slot = whole_lines(g.c * pad.stride) + whole_lines(o * grid);
     const bool transposed = positions_as_rows(grid, o);
     const Floats w_t = tap_major(w, o, g.c, taps, !transposed, false);
-    Floats work(max_slots() * per_slot, 0.0f);
+    Floats work(max_threads() * per_slot, 0.0f);
     for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
         float* xp = work.data() + slot * per_slot;
         float* acc = xp + whole_lines(g.c * pad.stride);
@@ -267,7 +267,7 @@ inline void backward_input_phases(const float* grad, const float* w, float* dx, 
     }
     const Floats w_t = tap_major(w, o, g.c, taps, false, false);  // per tap (C x O)
     const int64_t per_slot = whole_lines(o * pad.stride) + whole_lines(g.c * max_grid);
-    Floats work(max_slots() * per_slot, 0.0f);
+    Floats work(max_threads() * per_slot, 0.0f);
     for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
         float* gp = work.data() + slot * per_slot;
         float* acc = gp + whole_lines(o * pad.stride);
@@ -302,7 +302,7 @@ inline void backward_input(const float* grad, const float* w, float* dx, const G
     const int64_t taps = g.kh * g.kw, grid = g.h * pad.cols, per_slot = whole_lines(o * pad.stride) + whole_lines(g.c * grid);
     const bool transposed = positions_as_rows(grid, g.c);
     const Floats w_t = tap_major(w, o, g.c, taps, transposed, true);
-    Floats work(max_slots() * per_slot, 0.0f);
+    Floats work(max_threads() * per_slot, 0.0f);
     for_each_chunk(g.n, 1, [&](int64_t n0, int64_t, int slot) {
         float* gp = work.data() + slot * per_slot;
         float* acc = gp + whole_lines(o * pad.stride);
@@ -326,7 +326,7 @@ inline void backward_filter(const float* x, const float* grad, float* dw, const 
     const PaddedPlanes pad = forward_planes(g);
     const int64_t taps = g.kh * g.kw, grid = g.oh * pad.cols, per_slot = whole_lines(g.c * pad.stride) + whole_lines(grid * o);
     const int64_t blocks = (g.n + kFilterBlock - 1) / kFilterBlock, part = taps * g.c * o;
-    Floats work(max_slots() * per_slot, 0.0f), parts(blocks * part);
+    Floats work(max_threads() * per_slot, 0.0f), parts(blocks * part);
     for_each_chunk(g.n, kFilterBlock, [&](int64_t n0, int64_t b, int slot) {
         float* xp = work.data() + slot * per_slot;
         float* grad_t = xp + whole_lines(g.c * pad.stride);

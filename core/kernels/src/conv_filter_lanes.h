@@ -94,7 +94,7 @@ inline void backward_filter_lanes(const float* x, const float* grad, float* dw, 
     wide.stride = x_stride;
     const int64_t per_slot = whole_lines(kLaneSamples * g.c * x_stride) + kLaneSamples * o * g_stride;
     const int64_t blocks = (g.n + kLaneSamples - 1) / kLaneSamples, part = taps * g.c * o;
-    Floats work(max_slots() * per_slot, 0.0f), parts(blocks * part);
+    Floats work(max_threads() * per_slot, 0.0f), parts(blocks * part);
     for_each_chunk(g.n, kLaneSamples, [&](int64_t n0, int64_t b, int slot) {
         float* xb = work.data() + slot * per_slot;
         float* gb = xb + whole_lines(kLaneSamples * g.c * x_stride);
