@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 import _common  # noqa: E402
-from mstrain.graph.native import gemm_params, numpy_blas_threads  # noqa: E402
+from mstrain.graph.native import numpy_blas_threads  # noqa: E402
+from mstrain.kernels.blas_params import gemm_params  # noqa: E402
 from mstrain.kernels import thin_gemm  # noqa: E402
 
 # (role, m, n, k, a read transposed, b read transposed)

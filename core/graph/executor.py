@@ -49,7 +49,7 @@ def _attach_gemm(kernel, node, ins, out):
         return kernel
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         from ..kernels import thin_gemm
-        from .native import gemm_params
+        from ..kernels.blas_params import gemm_params
         thin = thin_gemm.product_params(a, b, out) if a.dtype == b.dtype == out.dtype else None
         if thin is not None:  # eager's kernel for a product with a short side
             kernel.native = ("thin_gemm", (a, b, out), thin)

@@ -18,6 +18,7 @@ import ctypes
 import numpy as np
 
 from . import build as _build
+from ..kernels.blas_params import gemm_params
 
 _SOURCE = r"""#include <cstdint>
 #include <cstring>
@@ -62,7 +63,7 @@ def swapped_steps(a, b, out):
     if library is None or native._Runtime.gemm is None or copy is None:
         return None
     scratch = np.zeros((n, m), a.dtype)
-    params = native.gemm_params(b.T, a.T, scratch)
+    params = gemm_params(b.T, a.T, scratch)
     if params is None:
         return None
     steps = [_call(library.ms_gemm, [b.ctypes.data, a.ctypes.data, scratch.ctypes.data], params),

@@ -19,6 +19,7 @@ import functools
 import numpy as np
 
 from . import build as _build
+from ..kernels.blas_params import gemm_params
 from .codegen import HALF_HELPERS
 from .ir import Node, rewrite
 
@@ -183,7 +184,7 @@ class HalfGemm:
         elif swapped is not None:  # the float32 product's faster layout
             product, self.swap_scratch = swapped
         else:
-            params = native.gemm_params(self.a32, self.b32, self.c32)
+            params = gemm_params(self.a32, self.b32, self.c32)
             if params is None:
                 return None
             product = [self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params)]

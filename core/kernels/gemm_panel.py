@@ -5,7 +5,7 @@
         C-ordered array (a weight read as W.T, activations read as X.T); out (m, n) C-contiguous.
     chooses(m, n, k, dtype)   the rule below: does a compiled step run this product here?
     c_entry()                 address of `void ms_gemm_panel(void**, const int64_t*)`, which takes numpy's
-                              BLAS call's pointers and parameters (`mstrain.graph.native.gemm_params`),
+                              BLAS call's pointers and parameters (`mstrain.kernels.blas_params.gemm_params`),
                               or None when the extension is not built or kernels are disabled
     isas()                    the instruction sets this machine runs, best first
 
@@ -35,6 +35,7 @@ products (W1: 1.01-1.3x OpenBLAS's time here) and the patch embedding's [128, 16
 import numpy as np
 
 from . import kernels_disabled
+from .blas_params import gemm_params
 
 __all__ = ["matmul", "chooses", "c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE"]
 
@@ -93,7 +94,7 @@ class PanelProduct:
 
 def step_kernel(a, b, out, params):
     """The compiled step's kernel for out = a @ b with numpy's BLAS parameters `params` (see
-    mstrain.graph.native.gemm_params): a PanelProduct when `chooses` the product and it has no
+    mstrain.kernels.blas_params.gemm_params): a PanelProduct when `chooses` the product and it has no
     batch dims, else None."""
     module = _module()
     if module is None or params[9] * params[10] != 1 or not chooses(params[3], params[4], params[5], a.dtype):
@@ -110,7 +111,6 @@ def matmul(a, b, out=None, isa=None, threads=None):
     """out = a @ b on the packed kernel (see the module docstring), or numpy's product when the
     kernel is not built or the operands do not fit it (other dtypes, batch dims, other strides).
     `isa` names one of `isas()` (default the best), `threads` the OpenMP threads (default all)."""
-    from ..graph.native import gemm_params
     a, b = np.asarray(a), np.asarray(b)
     if out is None:
         out = np.empty(a.shape[:-1] + b.shape[-1:], np.result_type(a, b))

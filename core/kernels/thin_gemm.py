@@ -23,6 +23,7 @@ MSTRAIN_DISABLE_KERNELS=1, or for shapes outside the policy, np.matmul runs.
 import numpy as np
 
 from . import kernels_disabled, native_module
+from .blas_params import gemm_params
 
 __all__ = ["may_take", "product_params", "matmul_into", "c_entry", "suited_shape"]
 
@@ -77,12 +78,11 @@ def may_take(a, b):
 
 
 def product_params(a, b, out):
-    """The gemm parameters (mstrain.graph.native.gemm_params) of out = a @ b when the kernel runs it,
+    """The gemm parameters (mstrain.kernels.blas_params.gemm_params) of out = a @ b when the kernel runs it,
     else None: no extension, not float32/float64, batched, a layout BLAS would not take, or a shape
     outside the policy (`suited_shape`)."""
     if out.ndim != 2 or not may_take(a, b):
         return None
-    from ..graph.native import gemm_params
     params = gemm_params(a, b, out)
     if params is None or not suited_shape(params[3], params[4], params[5], params[1], params[2]):
         return None

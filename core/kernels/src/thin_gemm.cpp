@@ -13,7 +13,7 @@ namespace mstrain {
 namespace {
 
 // n = {is_double, trans_a, trans_b, M, N, K, lda, ldb, ldc, batch0, batch1, sA0, sA1, sB0, sB1, sC0, sC1}:
-// the parameters of the step runner's BLAS call (mstrain.graph.native.gemm_params), batch strides in elements.
+// the parameters of the step runner's BLAS call (mstrain.kernels.blas_params.gemm_params), batch strides in elements.
 template <typename T>
 void run(const void* a, const void* b, void* c, const int64_t* n, int bits) {
     for (int64_t b0 = 0; b0 < n[9]; ++b0) {

@@ -7,8 +7,9 @@ import pytest
 import mstrain as ms
 from mstrain import nn
 from mstrain.graph import compile_graph
-from mstrain.graph.native import (SMALL_GEMM_WORK, NativeProgram, blas_threads_for, gemm_params,
+from mstrain.graph.native import (SMALL_GEMM_WORK, NativeProgram, blas_threads_for,
                                   numpy_blas_thread_addresses, numpy_blas_threads, runtime)
+from mstrain.kernels.blas_params import gemm_params
 from mstrain.train.sink import GraphSinkRunner
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")

@@ -7,7 +7,8 @@ import pytest
 
 import mstrain as ms
 from mstrain import nn, ops
-from mstrain.graph.native import NativeProgram, gemm_params, runtime
+from mstrain.graph.native import NativeProgram, runtime
+from mstrain.kernels.blas_params import gemm_params
 from mstrain.kernels import thin_gemm
 from mstrain.train.sink import GraphSinkRunner
 
