@@ -36,6 +36,17 @@ def _bump():
     _Structure.version += 1
 
 
+class PARALLEL_CALLS:
+    """How a Cell marked with `recompute()` or `shard()` is called. mstrain.parallel installs
+    itself here when imported (nn never imports parallel, as with nn.wrap.STEP_PLANNER):
+    `recompute(cell, *args, **kwargs)` runs the forward without keeping its activations,
+    `strategy(cell_name, in_strategy, out_strategy, parameter_plan)` checks and builds a cell
+    strategy, `with_strategy(cell, strategy, args, kwargs)` runs the cell under it."""
+    recompute = None
+    strategy = None
+    with_strategy = None
+
+
 class Cell:
     """Base class of networks: subclasses build layers in `__init__` and compute in `construct`.
 
@@ -76,13 +87,11 @@ class Cell:
             return runner(self, args, kwargs)
         if self._compute_dtype is not None:
             args = tuple(_cast_floating(a, self._compute_dtype) for a in args)
-        if self._recompute:  # activation checkpointing in eager mode (mstrain.parallel.recompute)
-            from ..parallel.recompute import recompute_call
-            return recompute_call(self, *args, **kwargs)
+        if self._recompute:  # activation checkpointing in eager mode
+            return PARALLEL_CALLS.recompute(self, *args, **kwargs)
         strategy = self.__dict__.get("_cell_strategy")
         if strategy is not None:  # Cell.shard: lay the inputs out as asked inside a sharded forward
-            from ..parallel.spmd.cell_strategy import call_with_strategy
-            return call_with_strategy(self, strategy, args, kwargs)
+            return PARALLEL_CALLS.with_strategy(self, strategy, args, kwargs)
         return self.construct(*args, **kwargs)
 
     def shard(self, in_strategy, out_strategy=None, parameter_plan=None):
@@ -90,9 +99,8 @@ class Cell:
         semi_auto_parallel): `in_strategy[i][d]` = slices of input i's axis d, `out_strategy` the
         same for the outputs, `parameter_plan` {parameter name: slices}; the ops inside propagate
         these layouts (see `mstrain.parallel.spmd.cell_strategy`). Returns the cell."""
-        from ..parallel.spmd.cell_strategy import CellStrategy
-        object.__setattr__(self, "_cell_strategy", CellStrategy.build(type(self).__name__, in_strategy,
-                                                                      out_strategy, parameter_plan))
+        object.__setattr__(self, "_cell_strategy", PARALLEL_CALLS.strategy(type(self).__name__, in_strategy,
+                                                                           out_strategy, parameter_plan))
         return self
 
     # -- registration ----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ Parameters keep their whole storage on every rank, so checkpoints, evaluation an
 work unchanged; `spmd.shard_parameters` cuts the storage for those who want the memory back.
 """
 from ..errors import ParallelConfigError
+from ..nn.container import CellList, SequentialCell
 from .context import PLANNED_MODES, check_consistent_across_ranks, get_auto_parallel_context, get_parallel_mode
 from .grad_reducer import DistributedGradReducer
 from .optimizer_shard import wrap_optimizer
@@ -58,6 +59,21 @@ def broadcast_parameters(network):
         param.set_data(broadcast_array(param.asnumpy(), group, root=0))
 
 
+def recompute_layers(network):
+    """Mark the layers of `network` with `Cell.recompute()` (what the context's `recompute` does
+    to a train network, like MindSpore's recompute config on each transformer layer): the cells
+    of every outermost CellList / SequentialCell (the repeated blocks), or, when there is none,
+    the sub-cells of `network` that hold parameters. Returns the marked cells."""
+    def layers_of(cell):
+        if isinstance(cell, (CellList, SequentialCell)):
+            return [c for c in cell.cells() if c.trainable_params()]
+        return [layer for child in cell.cells() for layer in layers_of(child)]
+    layers = layers_of(network) or [c for c in network.cells() if c.trainable_params()]
+    for layer in layers:
+        layer.recompute()
+    return layers
+
+
 def plan_train_network(network):
     """`network` as one training step should run it under the parallel context (its layers
     recomputed in backward when the context's `recompute` is on, its parameters broadcast from
@@ -69,7 +85,6 @@ def plan_train_network(network):
     (this is where training starts, so a mismatch is refused before the first step).
     """
     if get_auto_parallel_context("recompute"):
-        from .recompute import recompute_layers
         recompute_layers(network)
     mode = get_parallel_mode()
     from .. import communication as comm
@@ -130,7 +145,14 @@ def plan_train_step(network, optimizer):
 
 
 def install_train_step_planner():
-    """Make every train cell built from now on follow the parallel context (see nn.wrap)."""
+    """Make every train cell built from now on follow the parallel context (see nn.wrap), and
+    every Cell marked with `recompute()` or `shard()` run through this engine (see nn.cell)."""
+    from ..nn.cell import PARALLEL_CALLS
     from ..nn.wrap import STEP_PLANNER
+    from .recompute import recompute_call
+    from .spmd.cell_strategy import CellStrategy, call_with_strategy
     STEP_PLANNER.plan = staticmethod(plan_train_step)
     STEP_PLANNER.built = staticmethod(save_strategy_file)
+    PARALLEL_CALLS.recompute = staticmethod(recompute_call)
+    PARALLEL_CALLS.strategy = staticmethod(CellStrategy.build)
+    PARALLEL_CALLS.with_strategy = staticmethod(call_with_strategy)

@@ -76,20 +76,3 @@ def recompute_call(cell, *args, **kwargs):
     if kwargs or _dispatch.tracer is not None:
         return cell.construct(*args, **kwargs)
     return checkpoint(cell.construct, *args, parameters=cell.trainable_params())
-
-
-def recompute_layers(network):
-    """Mark the layers of `network` with `Cell.recompute()` (what the context's `recompute` does
-    to a train network, like MindSpore's recompute config on each transformer layer): the cells
-    of every outermost CellList / SequentialCell (the repeated blocks), or, when there is none,
-    the sub-cells of `network` that hold parameters. Returns the marked cells."""
-    from ..nn.container import CellList, SequentialCell
-
-    def layers_of(cell):
-        if isinstance(cell, (CellList, SequentialCell)):
-            return [c for c in cell.cells() if c.trainable_params()]
-        return [layer for child in cell.cells() for layer in layers_of(child)]
-    layers = layers_of(network) or [c for c in network.cells() if c.trainable_params()]
-    for layer in layers:
-        layer.recompute()
-    return layers

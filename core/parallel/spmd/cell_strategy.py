@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ParallelConfigError
-from ..layout import TensorLayout
 
 
 def _is_splits(value):
@@ -48,31 +47,6 @@ class CellStrategy:
                                           f"positive ints, got {parameter_plan!r}")
             plan = {str(k): tuple(int(d) for d in v) for k, v in parameter_plan.items()}
         return cls(ins, _normalize(out_strategy, "out_strategy", cell_name), plan)
-
-
-def strategy_layout(splits, global_shape, ranks, who):
-    """The layout cutting axis d of `global_shape` splits[d] ways over `ranks` (a repeat axis first
-    when the splits use fewer devices); one clear error naming `who` when it cannot."""
-    n = len(ranks)
-    if len(splits) != len(global_shape):
-        raise ParallelConfigError(f"{who}: strategy {splits} has {len(splits)} entries for a tensor of rank "
-                                  f"{len(global_shape)} (shape {tuple(global_shape)})")
-    for d, (size, s) in enumerate(zip(global_shape, splits)):
-        if size % s:
-            raise ParallelConfigError(f"{who}: strategy {splits} splits axis {d} of size {size} {s} ways, "
-                                      f"which does not divide it (shape {tuple(global_shape)})")
-    used = int(np.prod(splits, dtype=np.int64))
-    if used > n or n % used:
-        raise ParallelConfigError(f"{who}: strategy {splits} uses {used} devices, more than or not dividing the "
-                                  f"{n} ranks the network runs on")
-    lead = (n // used,) if n // used > 1 else ()
-    dev, axes, k = list(lead), [], len(lead)
-    for s in splits:
-        axes.append(k if s > 1 else -1)
-        if s > 1:
-            dev.append(s)
-            k += 1
-    return TensorLayout(tuple(dev) or (1,), tuple(axes), tuple(global_shape), tuple(ranks))
 
 
 def _constrain_all(interp, values, strategies, who, what):

@@ -17,7 +17,7 @@ import numpy as np
 from ...ops import functional as F
 from ...ops.primitive import apply, dispatch
 from ...tensor import Parameter, Tensor
-from ..layout import TensorLayout
+from ..layout import TensorLayout, strategy_layout
 from .redistribute import mirror, redistribute, reduce_partial, replicated_like
 from .rules import spec_for
 from ...errors import ParallelConfigError
@@ -130,7 +130,6 @@ class SPMDInterpreter:
 
     def constrain(self, x, splits, who):
         """`x` redistributed to the layout cutting its axes `splits` ways (Cell.shard strategies)."""
-        from .cell_strategy import strategy_layout
         src = self.layout_of(x)
         dst = strategy_layout(splits, src.global_shape, self.ranks, who)
         with self.local_mode():

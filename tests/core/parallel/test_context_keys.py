@@ -5,7 +5,8 @@ import pytest
 
 import mstrain as ms
 from mstrain import nn
-from mstrain.parallel import recompute as recompute_module
+from mstrain.nn.cell import PARALLEL_CALLS
+from mstrain.parallel.auto_wrap import recompute_layers
 from mstrain.parallel import reset_auto_parallel_context, set_auto_parallel_context
 
 
@@ -34,9 +35,9 @@ def _train(**context):
 
 def test_context_recompute_runs_every_layer_through_recompute_and_trains_the_same(monkeypatch):
     calls = []
-    original = recompute_module.recompute_call
-    monkeypatch.setattr(recompute_module, "recompute_call", lambda cell, *a, **k: calls.append(cell) or
-                        original(cell, *a, **k))
+    original = PARALLEL_CALLS.recompute
+    monkeypatch.setattr(PARALLEL_CALLS, "recompute", staticmethod(lambda cell, *a, **k: calls.append(cell) or
+                                                                  original(cell, *a, **k)))
     plain = _train()
     assert not calls and not any(c.is_recompute for c in plain.cells())
     recomputed = _train(recompute=True)
@@ -59,10 +60,10 @@ def test_recompute_layers_takes_the_outermost_cell_lists():
                 x = block(x)
             return x
     net = Blocks()
-    marked = recompute_module.recompute_layers(net)
+    marked = recompute_layers(net)
     assert marked == list(net.blocks) and not net.embed.is_recompute
     plain = nn.Dense(3, 3)
-    assert recompute_module.recompute_layers(nn.WithLossCell(plain, nn.MSELoss())) == [plain]
+    assert recompute_layers(nn.WithLossCell(plain, nn.MSELoss())) == [plain]
 
 
 def test_parameter_broadcast_and_fp32_gradient_sync_on_two_ranks(tmp_path):
