@@ -146,10 +146,14 @@ class HalfGemm:
         set to 0 when every value of the product is finite, else nan, as the product is rounded."""
         self.a, self.b, self.out, self.flag = a, b, out, flag
         self.exact = tuple(bool(e) and x.dtype == np.float32 for e, x in zip(exact, (a, b)))
+        from ..kernels import thin_gemm  # a product with a short side: eager's float32 kernel
+        self.half = thin_gemm.half_product_params(a, b, out, self.exact)
+        if self.half is not None:  # the kernel reads the operands as they are: no float32 copies
+            self.native = self._half_steps(thin_gemm.half_c_entry())
+            return
         self.a_flat, self.a32 = (None, a) if self.exact[0] else _scratch_like(a)
         self.b_flat, self.b32 = (None, b) if self.exact[1] else _scratch_like(b)
         self.c_flat, self.c32 = _scratch_like(out)
-        from ..kernels import thin_gemm  # a product with a short side: eager's float32 kernel
         self.thin = thin_gemm.product_params(self.a32, self.b32, self.c32) \
             if isinstance(self.c32, np.ndarray) else None
         self._product = functools.partial(thin_gemm.matmul_into, self.a32, self.b32, self.c32, self.thin) \
@@ -157,6 +161,12 @@ class HalfGemm:
         self.native = self._native_steps()
 
     def __call__(self):
+        if self.half is not None:
+            from ..kernels import thin_gemm
+            bad = thin_gemm.half_matmul_into(self.a, self.b, self.out, self.half)
+            if self.flag is not None:
+                self.flag[...] = np.nan if bad else 0.0
+            return
         if not self.exact[0]:
             np.copyto(self.a32, _as_half(self.a))
         if not self.exact[1]:
@@ -198,6 +208,11 @@ class HalfGemm:
                                   [self.c_flat.size])
         steps += [*product, rounding]
         return ("steps", steps)
+
+    def _half_steps(self, entry):
+        flag = 0 if self.flag is None else self.flag.ctypes.data
+        return ("steps", [self._call(entry, [self.a.ctypes.data, self.b.ctypes.data, self.out.ctypes.data, flag],
+                                     self.half)])
 
     @staticmethod
     def _call(function, addresses, params):
