@@ -82,7 +82,9 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
         block = std::max<int64_t>(kDotColumns, b_budget / std::max<int64_t>(K, 1) / kDotColumns * kDotColumns);
     } else {
         const int64_t panel = kRowVectors * HalfOps::W;
-        block = std::max<int64_t>(panel, b_budget / std::max<int64_t>(K, 1) / panel * panel);
+        // the panel's float32 output (M x block, rounded once the tiles are done) stays in L1 too
+        const int64_t fits = std::min(b_budget / std::max<int64_t>(K, 1), half_out ? kL1Floats / M : N);
+        block = std::max<int64_t>(panel, fits / panel * panel);
     }
     block = std::min(block, N);
     const int64_t a_size = wide_a ? a_rows * a_cols : 0, b_size = wide_b ? block * K : 0;
