@@ -7,7 +7,14 @@ float32 scratch, and one rounding of the result to float16. Products accumulate 
 numpy's float16 matmul does (its sum only runs in another order), and eager runs the same
 float32 product (`mstrain.ops.math`), so compiled and eager results are equal.
 
-The scratch buffers are allocated once when the graph is bound. In the C step runner the four
+A product with a short side (a batch of a few dozen rows times a weight: `thin_gemm`'s policy for
+the float32 product of the widened operands) runs on the float16 kernel of mstrain.kernels.thin_gemm
+instead, in one call and with no scratch: it reads float16 operands and float32 ones (rounded as it
+reads them, or as they are when exact) a block at a time into L1, runs the float32 kernel's tiles on
+them and rounds the output as it leaves them, setting the overflow flag as it goes; the bits are
+those of the four pieces above with thin_gemm as the product.
+
+Otherwise the scratch buffers are allocated once when the graph is bound. In the C step runner the four
 pieces are C calls (two conversions, numpy's sgemm, one conversion back; the sgemm in the faster
 layout of `gemm_layout` for a few rows times a transposed weight); from Python the same work is numpy
 copies and a float32 matmul into the same buffers. The conversions are exact (round to nearest even),
