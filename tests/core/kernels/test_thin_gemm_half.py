@@ -131,3 +131,21 @@ def test_compiled_half_product_runs_the_kernel_and_equals_its_python_call(flagge
     for out, flag in zip(outs, flags):
         np.testing.assert_array_equal(out.view(np.uint16), expected.view(np.uint16))
         assert float(flag) == (0.0 if flagged else 7.0)
+
+
+def test_without_the_float16_kernel_the_product_takes_float32_copies_with_the_same_bits(monkeypatch):
+    """A machine without F16C (or without the extension): HalfGemm widens into float32 scratch and
+    runs the float32 product, as before the kernel existed, and gives the kernel's bits."""
+    rng = np.random.default_rng(11)
+    g, _ = _operand(rng, (128, 32), True, "half")
+    x, _ = _operand(rng, (32, 784), False, "round")
+    outs = [np.empty((128, 784), np.float16) for _ in range(2)]
+    flags = [np.zeros((), np.float32) for _ in range(2)]
+    with_kernel = HalfGemm(g, x, outs[0], flag=flags[0])
+    with_kernel()
+    monkeypatch.setattr(thin_gemm, "_native_half", lambda: None)
+    without = HalfGemm(g, x, outs[1], flag=flags[1])
+    without()
+    assert with_kernel.half is not None and without.half is None and len(without.native[1]) == 4
+    np.testing.assert_array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+    assert float(flags[0]) == float(flags[1]) == 0.0
