@@ -82,9 +82,8 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
         block = std::max<int64_t>(kDotColumns, b_budget / std::max<int64_t>(K, 1) / kDotColumns * kDotColumns);
     } else {
         const int64_t panel = kRowVectors * HalfOps::W;
-        // the panel's float32 output (M x block, rounded once the tiles are done) stays in L1 too
-        const int64_t fits = std::min(b_budget / std::max<int64_t>(K, 1), half_out ? kL1Floats / M : N);
-        block = std::max<int64_t>(panel, fits / panel * panel);
+        block = std::max<int64_t>(panel, b_budget / std::max<int64_t>(K, 1) / panel * panel);
+        if (half_out) block = panel;  // the output is rounded a few rows of one panel at a time
     }
     block = std::min(block, N);
     const int64_t a_size = wide_a ? a_rows * a_cols : 0, b_size = wide_b ? block * K : 0;
@@ -92,7 +91,10 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
     // wide (a narrow row of 6 values each would be rounded through the masked tail): M x N is then
     // small, as a dot product's sum is long (suited_shape)
     const int64_t c_width = p.trans_b ? N : block;
-    const int64_t c_size = half_out ? M * c_width : 0;
+    // rows: the float32 output of `chunk` rows of a panel at a time, which the tiles write and the
+    // rounding reads in L1 (with the widened A and the B panel: a whole panel's output spilled to L2)
+    const int64_t chunk = std::max<int64_t>(kRowTile, kL1Floats / 2 / c_width / kRowTile * kRowTile);
+    const int64_t c_size = half_out ? (p.trans_b ? M : std::min(M, chunk)) * c_width : 0;
     if (int64_t(scratch.size()) < a_size + b_size + c_size) scratch.resize(a_size + b_size + c_size);
     float* a32 = scratch.data();
     float* b32 = a32 + a_size;
@@ -126,8 +128,14 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
         float* c = half_out ? c32 + (whole ? n0 : 0) : static_cast<float*>(p.c) + n0;
         const int64_t ldc = half_out ? (whole ? N : width) : p.ldc;
         if (p.trans_b) dots<float>(M, width, K, a, lda, b, ldb, c, ldc);
-        else rows<float>(M, width, K, a, a_m, a_k, b, ldb, c, ldc);
-        if (half_out && !whole) bad |= narrow_rows(c32, M, width, static_cast<uint16_t*>(p.c) + n0, p.ldc);
+        else if (!half_out) rows<float>(M, width, K, a, a_m, a_k, b, ldb, c, ldc);
+        else {
+            for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+                const int64_t count = std::min(chunk, M - m0);
+                rows<float>(count, width, K, a + m0 * a_m, a_m, a_k, b, ldb, c32, ldc);
+                bad |= narrow_rows(c32, count, width, static_cast<uint16_t*>(p.c) + m0 * p.ldc + n0, p.ldc);
+            }
+        }
     }
     if (half_out && p.trans_b) bad |= narrow_rows(c32, M, N, static_cast<uint16_t*>(p.c), p.ldc);
     return bad;
