@@ -8,8 +8,8 @@ elementwise kernel then runs in place over it while it is still in cache, so the
 buffer (and one pass over memory through it) is gone. In IR dumps the node reads
 `fused(matmul, add, relu)`, with the product's line above the kernel's members.
 
-A pair merges when the product is a float32 or float64 `matmul` (float16 products have their own
-conversions, mstrain.graph.half) whose only reader is that kernel, the kernel is elementwise over
+A pair merges when the product is a `matmul` (a float16 one runs as mstrain.graph.half makes it)
+whose only reader is that kernel, the kernel is elementwise over
 exactly the product's shape, writes no state, and has an output of that shape and dtype (where the
 product is written; a bias add kept for the activation's gradient is one). The numbers are the unmerged
 graph's: the same product call (BLAS or mstrain.kernels.thin_gemm), then the same generated kernel
@@ -53,11 +53,13 @@ class GemmEpilogue:
         out = outs[_output_slot(self.group, self.product.dtype)]
         if not isinstance(out, np.ndarray):
             raise ValueError(f"{self.name}: the product's output buffer is not an array")
-        product = lowering.out_kernel(self.product, product_ins, out)
+        from .executor import _attach_gemm, _half_gemm
+        product = _half_gemm(self.product, product_ins, out)  # a float16 product (mstrain.graph.half)
         if product is None:
-            product = lowering.impl_kernel(self.product, product_ins, [out])
-        from .executor import _attach_gemm
-        product = _attach_gemm(product, self.product, product_ins, out)
+            product = lowering.out_kernel(self.product, product_ins, out)
+            if product is None:
+                product = lowering.impl_kernel(self.product, product_ins, [out])
+            product = _attach_gemm(product, self.product, product_ins, out)
         group_ins = rest[:self.product_slot] + [out] + rest[self.product_slot:]
         kernel = self.group.build(group_ins, list(outs))
 
@@ -108,7 +110,7 @@ def _epilogue_product(node, users, outputs):
     for slot, candidate in enumerate(node.inputs):
         if candidate.op != "call" or candidate.prim.name not in _PRODUCTS or candidate.shape is None:
             continue
-        if tuple(candidate.shape) != group.shape or candidate.dtype not in (np.float32, np.float64):
+        if tuple(candidate.shape) != group.shape or candidate.dtype not in (np.float16, np.float32, np.float64):
             continue
         if _output_slot(group, candidate.dtype) is None:
             continue

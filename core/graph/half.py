@@ -7,7 +7,14 @@ float32 scratch, and one rounding of the result to float16. Products accumulate 
 numpy's float16 matmul does (its sum only runs in another order), and eager runs the same
 float32 product (`mstrain.ops.math`), so compiled and eager results are equal.
 
-The scratch buffers are allocated once when the graph is bound. In the C step runner the four
+A product with a short side (a batch of a few dozen rows times a weight: `thin_gemm`'s policy for
+the float32 product of the widened operands) runs on the float16 kernel of mstrain.kernels.thin_gemm
+instead, in one call and with no scratch: it reads float16 operands and float32 ones (rounded as it
+reads them, or as they are when exact) a block at a time into L1, runs the float32 kernel's tiles on
+them and rounds the output as it leaves them, setting the overflow flag as it goes; the bits are
+those of the four pieces above with thin_gemm as the product.
+
+Otherwise the scratch buffers are allocated once when the graph is bound. In the C step runner the four
 pieces are C calls (two conversions, numpy's sgemm, one conversion back; the sgemm in the faster
 layout of `gemm_layout` for a few rows times a transposed weight); from Python the same work is numpy
 copies and a float32 matmul into the same buffers. The conversions are exact (round to nearest even),
@@ -147,10 +154,14 @@ class HalfGemm:
         set to 0 when every value of the product is finite, else nan, as the product is rounded."""
         self.a, self.b, self.out, self.flag = a, b, out, flag
         self.exact = tuple(bool(e) and x.dtype == np.float32 for e, x in zip(exact, (a, b)))
+        from ..kernels import thin_gemm  # a product with a short side: eager's float32 kernel
+        self.half = thin_gemm.half_product_params(a, b, out, self.exact)
+        if self.half is not None:  # the kernel reads the operands as they are: no float32 copies
+            self.native = self._half_steps(thin_gemm.half_c_entry())
+            return
         self.a_flat, self.a32 = (None, a) if self.exact[0] else _scratch_like(a)
         self.b_flat, self.b32 = (None, b) if self.exact[1] else _scratch_like(b)
         self.c_flat, self.c32 = _scratch_like(out)
-        from ..kernels import thin_gemm  # a product with a short side: eager's float32 kernel
         self.thin = thin_gemm.product_params(self.a32, self.b32, self.c32) \
             if isinstance(self.c32, np.ndarray) else None
         self._product = functools.partial(thin_gemm.matmul_into, self.a32, self.b32, self.c32, self.thin) \
@@ -158,6 +169,12 @@ class HalfGemm:
         self.native = self._native_steps()
 
     def __call__(self):
+        if self.half is not None:
+            from ..kernels import thin_gemm
+            bad = thin_gemm.half_matmul_into(self.a, self.b, self.out, self.half)
+            if self.flag is not None:
+                self.flag[...] = np.nan if bad else 0.0
+            return
         if not self.exact[0]:
             np.copyto(self.a32, _as_half(self.a))
         if not self.exact[1]:
@@ -199,6 +216,11 @@ class HalfGemm:
                                   [self.c_flat.size])
         steps += [*product, rounding]
         return ("steps", steps)
+
+    def _half_steps(self, entry):
+        flag = 0 if self.flag is None else self.flag.ctypes.data
+        return ("steps", [self._call(entry, [self.a.ctypes.data, self.b.ctypes.data, self.out.ctypes.data, flag],
+                                     self.half)])
 
     @staticmethod
     def _call(function, addresses, params):

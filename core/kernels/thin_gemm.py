@@ -25,7 +25,8 @@ import numpy as np
 from . import kernels_disabled, native_module
 from .blas_params import gemm_params
 
-__all__ = ["may_take", "product_params", "matmul_into", "c_entry", "suited_shape"]
+__all__ = ["may_take", "product_params", "matmul_into", "c_entry", "suited_shape", "half_product_params",
+           "half_matmul_into", "half_c_entry"]
 
 # The policy, measured against numpy's OpenBLAS on one thread (benchmarks/thin_gemm.py). A product
 # runs here when it has MIN_WORK to MAX_WORK multiply-adds (below, both take a microsecond or two;
@@ -43,6 +44,13 @@ MIN_COLUMNS = 16
 ROW_MIN_DEPTH = 32
 _module = []
 _FLOATS = {"f": True, "d": True}  # float32, float64 by dtype character
+
+
+def _native_half():
+    """The extension module when its float16 products are usable on this CPU, else None."""
+    module = _native()
+    return module if module is not None and hasattr(module, "thin_gemm_half_bits") and \
+        module.thin_gemm_half_bits() > 0 else None
 
 
 def _native():
@@ -104,3 +112,54 @@ def c_entry():
     """Address of the C entry `void ms_thin_gemm(void** {A, B, C}, const int64_t* params)`, or None."""
     module = _native()
     return None if module is None else module.thin_gemm_c_entry()
+
+
+# Operand kinds of the float16 product (src/thin_gemm_half.h): float32 read as it is (already at
+# float16 precision), float32 read rounded to float16, float16.
+EXACT, ROUND, HALF = 0, 1, 2
+
+
+def _float32_twin(x):
+    """A float32 array with x's shape and element strides over a buffer of its own that is never
+    read: what `gemm_params` decides the float32 product of widened copies from."""
+    strides = tuple(s // x.itemsize * 4 for s in x.strides)
+    return np.lib.stride_tricks.as_strided(np.empty(1, np.float32), x.shape, strides, writeable=False)
+
+
+def _half_kind(x, exact):
+    if x.dtype == np.float16:
+        return HALF
+    return EXACT if exact else ROUND
+
+
+def half_product_params(a, b, out, exact=(False, False)):
+    """The parameters of the float16 product out = a @ b (src/thin_gemm_half.h) when the kernel runs
+    it, else None. a and b are float16, or float32 read rounded to float16 (or, marked `exact`, read
+    as they are: float32 already at float16 precision); out is float16 (or float32). The kernel
+    takes the products the float32 kernel takes on the operands widened to float32
+    (`product_params`), with the same results: the same tiles on the same values, rounded once."""
+    arrays = (a, b, out)
+    if _native_half() is None or not all(isinstance(x, np.ndarray) and x.ndim == 2 and
+                                         x.dtype in (np.float16, np.float32) for x in arrays):
+        return None
+    if any(s % x.itemsize for x in arrays for s in x.strides):
+        return None
+    from ..graph.native import gemm_params
+    params = gemm_params(*(_float32_twin(x) for x in arrays))
+    if params is None or not suited_shape(params[3], params[4], params[5], params[1], params[2]):
+        return None
+    kinds = [_half_kind(a, exact[0]), _half_kind(b, exact[1]), HALF if out.dtype == np.float16 else EXACT]
+    return [params[1], params[2], params[3], params[4], params[5], params[6], params[7], params[8], *kinds]
+
+
+def half_matmul_into(a, b, out, params, bits=0):
+    """out = a @ b for `half_product_params`'s answer `params`; returns whether a float16 value of
+    out is inf or nan. `bits` 256 runs the AVX2 tiles on an AVX-512 machine."""
+    return bool(_native_half().thin_gemm_half_into(a, b, out, params, bits))
+
+
+def half_c_entry():
+    """Address of the C entry `void ms_thin_gemm_half(void** {A, B, C, flag}, const int64_t* params)`
+    (flag: a float32 set to 0 when every float16 value of C is finite, else nan; may be null), or None."""
+    module = _native_half()
+    return None if module is None else module.thin_gemm_half_c_entry()

@@ -1,6 +1,8 @@
 // Products with one short side without BLAS packing (thin_gemm.h), for eager matmul and for the
 // compiled step loop: both call the same machine code, so a compiled step keeps eager's numbers.
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -8,6 +10,7 @@
 
 #include "dispatch.h"
 #include "thin_gemm.h"
+#include "thin_gemm_half.h"
 
 namespace mstrain {
 namespace {
@@ -38,6 +41,50 @@ extern "C" void ms_thin_gemm(void** p, const int64_t* n) {
 
 namespace mstrain {
 namespace {
+
+// n = {trans_a, trans_b, M, N, K, lda, ldb, ldc, a_kind, b_kind, c_kind} (thin_gemm_half.h's HalfProduct)
+thin_gemm::HalfProduct half_product(const void* a, const void* b, void* c, const int64_t* n) {
+    return thin_gemm::HalfProduct{n[0] != 0, n[1] != 0, n[2], n[3], n[4], n[5], n[6], n[7],
+                                  int(n[8]), int(n[9]), int(n[10]), a, b, c};
+}
+
+float overflow_flag(int bad) { return bad ? std::numeric_limits<float>::quiet_NaN() : 0.0f; }
+
+}  // namespace
+}  // namespace mstrain
+
+// The compiled step's C entry of the float16 product: p = {A, B, C, flag or null}, n as above. The
+// flag (float32) is set to 0 when every float16 value of C is finite, nan otherwise.
+extern "C" void ms_thin_gemm_half(void** p, const int64_t* n) {
+    const int bad = mstrain::thin_gemm::gemm_half(mstrain::half_product(p[0], p[1], p[2], n));
+    if (p[3] != nullptr) *static_cast<float*>(p[3]) = mstrain::overflow_flag(bad);
+}
+
+namespace mstrain {
+namespace {
+
+// c = a @ b, float16 or float32 operands and output (the caller checks shapes, strides and kinds);
+// returns whether a float16 output value is inf or nan.
+bool thin_gemm_half_into(py::array a, py::array b, py::array c, std::vector<int64_t> params, int bits) {
+    if (params.size() != 11) throw std::invalid_argument("thin_gemm_half: expected 11 parameters");
+    if (thin_gemm::half_bits() == 0 || (params[0] && params[1])) {
+        throw std::invalid_argument("thin_gemm_half: layout or machine not supported");
+    }
+    const py::array* arrays[3] = {&a, &b, &c};
+    for (int k = 0; k < 3; ++k) {
+        if (!is_float(*arrays[k], params[8 + k] == thin_gemm::kHalf ? 2 : 4)) {
+            throw py::type_error("thin_gemm_half: an array's dtype differs from its kind");
+        }
+    }
+    if (!c.writeable()) throw std::invalid_argument("thin_gemm_half: c is read-only");
+    const thin_gemm::HalfProduct product = half_product(a.data(), b.data(), c.mutable_data(), params.data());
+    py::gil_scoped_release release;
+    return thin_gemm::gemm_half(product, bits) == 1;
+}
+
+int thin_gemm_half_bits() { return thin_gemm::half_bits(); }
+
+uintptr_t thin_gemm_half_c_entry() { return reinterpret_cast<uintptr_t>(&ms_thin_gemm_half); }
 
 void thin_gemm_into(py::array a, py::array b, py::array c, std::vector<int64_t> params, int bits) {
     if (params.size() != 17) throw std::invalid_argument("thin_gemm: expected 17 parameters");
@@ -71,5 +118,14 @@ PYBIND11_MODULE(_thin_gemm, m) {
     m.def("thin_gemm_bits", &mstrain::thin_gemm_bits, "vector width in bits: 512, 256 or 0 (not usable)");
     m.def("thin_gemm_c_entry", &mstrain::thin_gemm_c_entry,
           "address of the C entry `void ms_thin_gemm(void**, const int64_t*)` for the compiled step loop");
-    m.attr("KERNELS") = py::make_tuple("thin_gemm_into", "thin_gemm_bits", "thin_gemm_c_entry");
+    m.def("thin_gemm_half_into", &mstrain::thin_gemm_half_into, py::arg("a"), py::arg("b"), py::arg("c"),
+          py::arg("params"), py::arg("bits") = 0,
+          "c = a @ b with float16 (or float32, exact or rounded to float16) operands, params = {trans_a, trans_b, "
+          "M, N, K, lda, ldb, ldc, a_kind, b_kind, c_kind}; returns whether a float16 output value is inf or nan");
+    m.def("thin_gemm_half_bits", &mstrain::thin_gemm_half_bits,
+          "vector width of the float16 product in bits: 512, 256 or 0 (not usable)");
+    m.def("thin_gemm_half_c_entry", &mstrain::thin_gemm_half_c_entry,
+          "address of the C entry `void ms_thin_gemm_half(void**, const int64_t*)`");
+    m.attr("KERNELS") = py::make_tuple("thin_gemm_into", "thin_gemm_bits", "thin_gemm_c_entry", "thin_gemm_half_into",
+                                       "thin_gemm_half_bits", "thin_gemm_half_c_entry");
 }

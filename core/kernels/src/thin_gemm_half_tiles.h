@@ -1,0 +1,142 @@
+// float16 conversions of thin_gemm_half.h for one instruction set. thin_gemm_half.h includes this file
+// once per instruction set, inside the namespace of thin_gemm.h's tiles for that set and under a
+// matching `#pragma GCC target` with F16C conversions, next to `HalfOps` (the float16 <-> float32
+// vector conversions). No include guard: it is included twice.
+
+// dst[0..n) = src's n values widened to float32 at float16 precision: float16 values widened, float32
+// values rounded to float16 (to nearest even, as numpy's astype) and widened back.
+inline void widen(const void* src, int kind, float* dst, int64_t n) {
+    typedef HalfOps H;
+    int64_t j = 0;
+    if (kind == kHalf) {
+        const uint16_t* x = static_cast<const uint16_t*>(src);
+        for (; j + H::W <= n; j += H::W) H::store(dst + j, H::widen(x + j));
+        if (j < n) {
+            uint16_t rest[H::W] = {};
+            float out[H::W];
+            std::memcpy(rest, x + j, (n - j) * sizeof(uint16_t));
+            H::store(out, H::widen(rest));
+            std::memcpy(dst + j, out, (n - j) * sizeof(float));
+        }
+    } else {
+        const float* x = static_cast<const float*>(src);
+        for (; j + H::W <= n; j += H::W) H::store(dst + j, H::round(H::load(x + j)));
+        if (j < n) {
+            float rest[H::W] = {}, out[H::W];
+            std::memcpy(rest, x + j, (n - j) * sizeof(float));
+            H::store(out, H::round(H::load(rest)));
+            std::memcpy(dst + j, out, (n - j) * sizeof(float));
+        }
+    }
+}
+
+// dst[0..n) = src's n float32 values rounded to float16; returns nonzero when a stored value is inf or
+// nan (its exponent bits all ones).
+inline uint32_t narrow(const float* src, uint16_t* dst, int64_t n) {
+    typedef HalfOps H;
+    typename H::Bad bad = H::no_bad();
+    int64_t j = 0;
+    for (; j + H::W <= n; j += H::W) bad = H::store_half(dst + j, H::load(src + j), bad);
+    if (j < n) {
+        float rest[H::W] = {};
+        uint16_t out[H::W];
+        std::memcpy(rest, src + j, (n - j) * sizeof(float));
+        bad = H::store_half(out, H::load(rest), bad);  // the zero lanes are finite
+        std::memcpy(dst + j, out, (n - j) * sizeof(uint16_t));
+    }
+    return H::any(bad);
+}
+
+// The rows of a stored matrix (`rows` rows of `cols` values, `ld` apart) widened into dst, rows of
+// `cols` values one after another.
+inline void widen_rows(const void* src, int kind, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+    const int64_t bytes = kind == kHalf ? 2 : 4;
+    for (int64_t r = 0; r < rows; ++r)
+        widen(static_cast<const char*>(src) + r * ld * bytes, kind, dst + r * cols, cols);
+}
+
+// The rows x cols float32 values at src (rows one after another) rounded into the float16 matrix at
+// dst (rows ld apart); returns nonzero when a stored value is inf or nan.
+inline uint32_t narrow_rows(const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t ld) {
+    if (ld == cols) return narrow(src, dst, rows * cols);
+    uint32_t bad = 0;
+    for (int64_t r = 0; r < rows; ++r) bad |= narrow(src + r * cols, dst + r * ld, cols);
+    return bad;
+}
+
+// C (M x N, ldc) = A @ B as the float32 thin_gemm tiles compute it on the widened operands (the same
+// instructions in the same order: the same bits as widening both into float32 arrays, `gemm<float>`
+// and rounding its result), with no widened copy of the long operand: B is widened a block of rows
+// (dots) or a panel of columns (rows) at a time into a buffer that stays in L1 while the tiles read
+// it, and the output block is rounded to float16 as it leaves them. A float32 operand of kind kExact
+// is read as it is. Returns nonzero when a float16 output value is inf or nan.
+inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
+    const int64_t M = p.M, N = p.N, K = p.K;
+    const bool half_out = p.c_kind == kHalf;
+    // A: (M x K) read along k (dots) or A(m, k) at a_m, a_k (rows); widened whole, in its layout
+    const int64_t a_rows = p.trans_a ? K : M, a_cols = p.trans_a ? M : K;
+    const bool wide_a = p.a_kind != kExact, wide_b = p.b_kind != kExact;
+    const int64_t b_budget = kL1Floats;
+    int64_t block;  // B rows (dots) or columns (rows) per block
+    if (p.trans_b) {
+        block = std::max<int64_t>(kDotColumns, b_budget / std::max<int64_t>(K, 1) / kDotColumns * kDotColumns);
+    } else {
+        const int64_t panel = kRowVectors * HalfOps::W;
+        block = std::max<int64_t>(panel, b_budget / std::max<int64_t>(K, 1) / panel * panel);
+        if (half_out) block = panel;  // the output is rounded a few rows of one panel at a time
+    }
+    block = std::min(block, N);
+    const int64_t a_size = wide_a ? a_rows * a_cols : 0, b_size = wide_b ? block * K : 0;
+    // the float32 output: a panel at a time (rows); whole for dots, whose blocks are a few columns
+    // wide (a narrow row of 6 values each would be rounded through the masked tail): M x N is then
+    // small, as a dot product's sum is long (suited_shape)
+    const int64_t c_width = p.trans_b ? N : block;
+    // rows: the float32 output of `chunk` rows of a panel at a time, which the tiles write and the
+    // rounding reads in L1 (with the widened A and the B panel: a whole panel's output spilled to L2)
+    const int64_t chunk = std::max<int64_t>(kRowTile, kL1Floats / 2 / c_width / kRowTile * kRowTile);
+    const int64_t c_size = half_out ? (p.trans_b ? M : std::min(M, chunk)) * c_width : 0;
+    if (int64_t(scratch.size()) < a_size + b_size + c_size) scratch.resize(a_size + b_size + c_size);
+    float* a32 = scratch.data();
+    float* b32 = a32 + a_size;
+    float* c32 = b32 + b_size;
+    const float* a = static_cast<const float*>(p.a);
+    int64_t lda = p.lda;
+    if (wide_a) {
+        widen_rows(p.a, p.a_kind, a_rows, a_cols, p.lda, a32);
+        a = a32;
+        lda = a_cols;
+    }
+    const int64_t a_m = p.trans_a ? 1 : lda, a_k = p.trans_a ? lda : 1;
+    const int64_t b_bytes = p.b_kind == kHalf ? 2 : 4;
+    uint32_t bad = 0;
+    for (int64_t n0 = 0; n0 < N; n0 += block) {
+        const int64_t width = std::min(block, N - n0);
+        const char* b_block = static_cast<const char*>(p.b) + (p.trans_b ? n0 * p.ldb : n0) * b_bytes;
+        const float* b = reinterpret_cast<const float*>(b_block);
+        int64_t ldb = p.ldb;
+        if (wide_b) {
+            if (p.trans_b) {
+                widen_rows(b_block, p.b_kind, width, K, p.ldb, b32);
+                ldb = K;
+            } else {
+                widen_rows(b_block, p.b_kind, K, width, p.ldb, b32);
+                ldb = width;
+            }
+            b = b32;
+        }
+        const bool whole = p.trans_b;  // c32 holds all of C, else this panel
+        float* c = half_out ? c32 + (whole ? n0 : 0) : static_cast<float*>(p.c) + n0;
+        const int64_t ldc = half_out ? (whole ? N : width) : p.ldc;
+        if (p.trans_b) dots<float>(M, width, K, a, lda, b, ldb, c, ldc);
+        else if (!half_out) rows<float>(M, width, K, a, a_m, a_k, b, ldb, c, ldc);
+        else {
+            for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+                const int64_t count = std::min(chunk, M - m0);
+                rows<float>(count, width, K, a + m0 * a_m, a_m, a_k, b, ldb, c32, ldc);
+                bad |= narrow_rows(c32, count, width, static_cast<uint16_t*>(p.c) + m0 * p.ldc + n0, p.ldc);
+            }
+        }
+    }
+    if (half_out && p.trans_b) bad |= narrow_rows(c32, M, N, static_cast<uint16_t*>(p.c), p.ldc);
+    return bad;
+}
