@@ -144,7 +144,6 @@ def half_product_params(a, b, out, exact=(False, False)):
         return None
     if any(s % x.itemsize for x in arrays for s in x.strides):
         return None
-    from ..graph.native import gemm_params
     params = gemm_params(*(_float32_twin(x) for x in arrays))
     if params is None or not suited_shape(params[3], params[4], params[5], params[1], params[2]):
         return None

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from mstrain.graph.half import HalfGemm
-from mstrain.graph.native import gemm_params
 from mstrain.kernels import thin_gemm
+from mstrain.kernels.blas_params import gemm_params
 
 native = thin_gemm._native_half()
 pytestmark = pytest.mark.skipif(native is None, reason="thin_gemm extension not built or no F16C / AVX2")
