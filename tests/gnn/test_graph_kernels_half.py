@@ -121,11 +121,12 @@ def test_float16_gat_attention_pair_equals_float32_rounded_once(path, shape):
             np.testing.assert_array_equal(got, expected.astype(np.float16))
 
 
-@pytest.mark.parametrize("width", [1, 8])
+@pytest.mark.parametrize("width", [1, 8, 21])
 def test_float16_rounding_overflow_subnormals_and_nan(path, width):
     """Each output row sums two entries whose float32 sum needs float16's edge cases: ties to even,
     overflow to inf, subnormal results, and inf - inf = NaN. width 1 takes the scalar conversions,
-    width 8 the vector ones."""
+    width 8 the vector ones, width 21 the rows converted as they are used (a padded last vector, the
+    array's last row read without reading past its end)."""
     tiny = 2.0 ** -24  # float16's smallest subnormal
     pairs = [(65504, 16, 1), (65504, 8, 1), (2048, 1, 1), (2048, 3, 1), (-65504, -16, 1), (tiny, 0, 0.5),
              (3 * tiny, 0, 0.5), (-3 * tiny, 0, 0.5), (1023 * tiny, tiny, 1), (np.inf, -np.inf, 1), (6e-5, 1e-7, 1)]
