@@ -275,9 +275,10 @@ def _attr_text(name, value):
 class _Expressions:
     """C++ statements computing members, given how each operand node is referenced."""
 
-    def __init__(self, group, ref):
+    def __init__(self, group, ref, unrounded=frozenset()):
         self.group = group
         self.ref = ref  # node -> C expression for an input operand
+        self.unrounded = unrounded  # ids of members whose only use is a float16 store (it rounds them)
 
     def statement(self, node, var):
         operands = node.inputs
@@ -294,7 +295,9 @@ class _Expressions:
         if op_type in ("float", "double"):  # numpy's weak Python floats: computed in the array's type
             expr = _FLOAT_LITERAL.sub(lambda m: f"static_cast<{op_type}>({m.group(0)})", expr)
         ctype = compute_type(node.dtype)
-        return f"const {ctype} {var} = static_cast<{ctype}>({round_value(node.dtype, expr)});"
+        if id(node) not in self.unrounded:
+            expr = round_value(node.dtype, expr)
+        return f"const {ctype} {var} = static_cast<{ctype}>({expr});"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,6 +332,19 @@ class KernelSource:
         self.slot = {id(x): k for k, x in enumerate(group.pointer_inputs)}
         self.stash = {}      # id(member) -> row scratch array: computed once per row, read back later
         self.stashed = set()  # members already in their scratch array
+        self.unrounded = self._stored_only_halves()
+
+    def _stored_only_halves(self):
+        """float16 members that no member reads and that are only stored as float16: the store's
+        conversion rounds them (to nearest even, as ms_round_half), so rounding them first as well is
+        work without effect (a kernel's last op, e.g. an activation times its dropout mask)."""
+        read = {id(i) for m in self.group.members for i in m.inputs}
+        stored = {}
+        for member, dtype in self.group.stores:
+            stored[id(member)] = stored.get(id(member), True) and _is_half(dtype)
+        return frozenset(id(m) for m in self.group.members
+                         if _is_half(m.dtype) and stored.get(id(m)) and id(m) not in read and
+                         not self.group.is_row_value(m) and m.prim.kind != "reduce")
 
     def _row_spans(self, row_strides):
         """How each operand is read when short float16 rows run as spans of whole rows (see
@@ -387,7 +403,7 @@ class KernelSource:
         return [m for m in group.members if id(m) in needed]
 
     def _loop(self, targets, tail, pragma):
-        emit = _Expressions(self.group, self._ref(True))
+        emit = _Expressions(self.group, self._ref(True), self.unrounded)
         body, stored = [], []
         for m in self._full_members_for(targets, self.stashed):
             var = self.var[id(m)]

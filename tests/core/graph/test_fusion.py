@@ -261,3 +261,27 @@ def test_float16_short_rows_of_a_strided_view_keep_the_row_loop(trace_graph):
         KernelSource.source = original
     assert spans and all(s is None for s in spans)
     np.testing.assert_array_equal(got.view(np.uint16), (x[:, ::2] + bias).view(np.uint16))
+
+
+def test_float16_last_op_rounded_by_its_store_keeps_numpys_edge_cases(trace_graph):
+    """A kernel's last float16 op, read by no other op, is rounded once by its store's conversion
+    instead of twice: ties to even, overflow to inf, subnormals and NaN keep numpy's bits."""
+    from mstrain.graph.codegen import KernelSource
+
+    def f(a, b):
+        return (a + b) * b
+    tiny = 2.0 ** -24
+    a = np.array([[2048, 2049, 300, tiny, 3 * tiny, 1, np.inf, 0.1, -7, 65000]] * 40, np.float16)
+    b = np.array([1, 1, 250, 0.5, 0.5, 1e-3, -1, 3, 9, 2], np.float16)
+    unrounded = []
+    original = KernelSource.source
+    KernelSource.source = lambda self: unrounded.append(len(self.unrounded)) or original(self)
+    try:
+        _, fused_run = compile_graph(trace_graph(f, a, b), fusion=True)
+        (got,) = fused_run.run([a, b])
+    finally:
+        KernelSource.source = original
+    assert unrounded == [1]  # the product; the sum is read by it, so it is still rounded first
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = (a + b) * b
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
