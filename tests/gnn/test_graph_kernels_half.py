@@ -48,8 +48,9 @@ def _loop_spmm(indptr, indices, values, dense, transposed, cols):
 
 
 # (rows, cols, heads, width, nnz): one-element rows (scalar conversions), 8-wide chunks with an odd
-# tail, and a graph large enough for the kernels' OpenMP split.
-SHAPES = [(6, 5, 1, 1, 17), (9, 7, 2, 11, 40), (2000, 1500, 4, 16, 40000)]
+# tail, and graphs large enough for the kernels' OpenMP split: with many entries per source row (spmm
+# widens whole arrays) and with few (spmm converts rows as it reads them).
+SHAPES = [(6, 5, 1, 1, 17), (9, 7, 2, 11, 40), (2000, 1500, 4, 16, 40000), (3000, 3000, 8, 16, 20000)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)

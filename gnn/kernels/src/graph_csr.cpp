@@ -250,6 +250,9 @@ float* widened(const uint16_t* bits, int64_t n, int slot) {
 // Per element the arithmetic is the float32 kernel's, in its order (multiplies and adds, no fused
 // multiply-add), so every output is the float32 kernel's on the widened inputs, rounded once.
 constexpr int64_t kConvertAsUsedMin = 16;
+// spmm converts a source row once per entry that reads it: beyond this many entries per source row on
+// average (Cora's sparse features times the first weight: 34) widening the whole array once is faster.
+constexpr int64_t kConvertAsUsedReuse = 8;
 constexpr int64_t padded(int64_t n) { return (n + 7) / 8 * 8; }
 
 // The most entries of one row: per-row buffers are taken once per thread, not once per row (a
@@ -335,7 +338,9 @@ template <typename I>
 void spmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
                           const uint16_t* dense, int64_t rows, int64_t sources, int64_t heads, int64_t width) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (kHasF16c && heads * width >= kConvertAsUsedMin) return spmm_heads_rows_f16c(out, indptr, indices, values, dense, rows, sources, heads, width);
+    if (kHasF16c && heads * width >= kConvertAsUsedMin &&
+        static_cast<int64_t>(indptr[rows]) <= kConvertAsUsedReuse * sources)
+        return spmm_heads_rows_f16c(out, indptr, indices, values, dense, rows, sources, heads, width);
 #endif
     const int64_t stride = heads * width;
     const float* values32 = widened(values, static_cast<int64_t>(indptr[rows]) * heads, 0);
