@@ -271,7 +271,8 @@ class GATConv(MessagePassing):
         alpha = F.dropout(alpha, self.dropout, self.training)
         h = F.reshape(h, (h.shape[0], self.heads, self.out_channels))  # (N, H, F)
         out = self.propagate(pattern, x=h, alpha=alpha)  # (N, H, F)
-        out = F.reshape(out, (out.shape[0], -1)) if self.concat else F.mean(out, 1)
+        # one head's mean is the head itself (same values): a reshape, not a reduction kernel and its gradient
+        out = F.reshape(out, (out.shape[0], -1)) if self.concat or self.heads == 1 else F.mean(out, 1)
         return out + self.cast_param(self.bias) if self.bias is not None else out
 
     def _pattern(self, edges, num_nodes):

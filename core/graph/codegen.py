@@ -27,6 +27,11 @@ CTYPES = {"float16": "uint16_t", "float32": "float", "float64": "double", "int8"
 SUPPORTED = {np.dtype(name) for name in CTYPES}
 _STASH_MAX = 16384  # longest row (elements) whose costly values are kept on the stack for reuse
 _HALF_CHUNK = 256  # elements per chunk of a loop over contiguous float16 (float buffers on the stack)
+# Rows of float16 elementwise kernels up to _SHORT_ROW elements (a class score row of 7) run as spans
+# of whole rows, about _ROW_SPAN elements converted at once: converting and computing row by row cost
+# a call, a masked conversion and a scalar loop per 7 elements (6x the float32 kernel's time).
+_SHORT_ROW = 32
+_ROW_SPAN = 1024
 # Elements below which one thread wins. Measured on 2 cores with sleeping OpenMP workers: waking the
 # second one costs tens of microseconds, so an add of 128K floats (in L2) is twice as slow split, while
 # from 256K elements on both a memory-bound add and a GELU gradient run 1.5x faster on two threads.
@@ -270,9 +275,10 @@ def _attr_text(name, value):
 class _Expressions:
     """C++ statements computing members, given how each operand node is referenced."""
 
-    def __init__(self, group, ref):
+    def __init__(self, group, ref, unrounded=frozenset()):
         self.group = group
         self.ref = ref  # node -> C expression for an input operand
+        self.unrounded = unrounded  # ids of members whose only use is a float16 store (it rounds them)
 
     def statement(self, node, var):
         operands = node.inputs
@@ -289,7 +295,9 @@ class _Expressions:
         if op_type in ("float", "double"):  # numpy's weak Python floats: computed in the array's type
             expr = _FLOAT_LITERAL.sub(lambda m: f"static_cast<{op_type}>({m.group(0)})", expr)
         ctype = compute_type(node.dtype)
-        return f"const {ctype} {var} = static_cast<{ctype}>({round_value(node.dtype, expr)});"
+        if id(node) not in self.unrounded:
+            expr = round_value(node.dtype, expr)
+        return f"const {ctype} {var} = static_cast<{ctype}>({expr});"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,15 +322,50 @@ def _accumulator_type(node):
 class KernelSource:
     """Generate the source of one group for one layout (see the module docstring)."""
 
-    def __init__(self, group, symbol, sizes, inner_classes):
+    def __init__(self, group, symbol, sizes, inner_classes, row_strides=None):
         self.group = group
         self.symbol = symbol
         self.sizes = sizes
         self.inner = inner_classes   # per pointer input: 0 broadcast, 1 contiguous, 2 strided
+        self.spans = self._row_spans(row_strides)  # per operand "span" | "tile" | "scalar", or None
         self.var = {id(m): f"v{k}" for k, m in enumerate(group.members)}
         self.slot = {id(x): k for k, x in enumerate(group.pointer_inputs)}
         self.stash = {}      # id(member) -> row scratch array: computed once per row, read back later
         self.stashed = set()  # members already in their scratch array
+        self.unrounded = self._stored_only_halves()
+
+    def _stored_only_halves(self):
+        """float16 members that no member reads and that are only stored as float16: the store's
+        conversion rounds them (to nearest even, as ms_round_half), so rounding them first as well is
+        work without effect (a kernel's last op, e.g. an activation times its dropout mask)."""
+        read = {id(i) for m in self.group.members for i in m.inputs}
+        stored = {}
+        for member, dtype in self.group.stores:
+            stored[id(member)] = stored.get(id(member), True) and _is_half(dtype)
+        return frozenset(id(m) for m in self.group.members
+                         if _is_half(m.dtype) and stored.get(id(m)) and id(m) not in read and
+                         not self.group.is_row_value(m) and m.prim.kind != "reduce")
+
+    def _row_spans(self, row_strides):
+        """How each operand is read when short float16 rows run as spans of whole rows (see
+        _span_loop): 'span' (rows one after another), 'tile' (one row read by every row: converted
+        once and repeated over a span), 'scalar'; None when the layout is not of that kind."""
+        if self.group.reduce or row_strides is None or len(self.sizes) != 2 or \
+                not 2 <= self.sizes[-1] <= _SHORT_ROW:
+            return None
+        n_in, width = len(self.group.pointer_inputs), self.sizes[-1]
+        dtypes = [x.dtype for x in self.group.pointer_inputs] + [d for _, d in self.group.stores]
+        if not any(_is_half(d) and cls == 1 for d, cls in zip(dtypes, self.inner)):
+            return None  # float32 kernels keep their row loops
+        kinds = []
+        for k, (cls, row_stride) in enumerate(zip(self.inner, row_strides)):
+            if cls == 1 and row_stride == width:
+                kinds.append("span")
+            elif k < n_in and row_stride == 0 and cls in (0, 1):
+                kinds.append("tile" if cls == 1 else "scalar")
+            else:
+                return None
+        return kinds
 
     # -- references --------------------------------------------------------------------------
     def _load(self, node, in_loop):
@@ -330,6 +373,8 @@ class KernelSource:
             return literal(node.value)
         k = self.slot[id(node)]
         cls = self.inner[k]
+        if in_loop and self.spans is not None and self.spans[k] == "tile":
+            return f"tb{k}[jj]"  # the row repeated over the span (see _span_loop)
         if not in_loop or cls == 0:
             index = "0"
         elif cls == 1 and _is_half(node.dtype):
@@ -358,7 +403,7 @@ class KernelSource:
         return [m for m in group.members if id(m) in needed]
 
     def _loop(self, targets, tail, pragma):
-        emit = _Expressions(self.group, self._ref(True))
+        emit = _Expressions(self.group, self._ref(True), self.unrounded)
         body, stored = [], []
         for m in self._full_members_for(targets, self.stashed):
             var = self.var[id(m)]
@@ -374,6 +419,9 @@ class KernelSource:
         text = "\n".join(lines)
         halves_in = [k for k in range(len(self.group.pointer_inputs)) if f"hb{k}[jj]" in text]
         halves_out = [k for k in range(len(self.group.stores)) if f"ob{k}[jj]" in text]
+        if self.spans is not None:
+            tiles = [k for k in range(len(self.group.pointer_inputs)) if f"tb{k}[jj]" in text]
+            return self._span_loop(lines, pragma, halves_in, halves_out, tiles)
         if not halves_in and not halves_out:
             return [pragma, f"for (int64_t j = 0; j < {self._inner_size()}; ++j) {{"] + \
                 ["  " + line for line in lines] + ["}"]
@@ -392,6 +440,44 @@ class KernelSource:
         inner += ["    " + line for line in lines] + ["  }"]
         tail = [f"  ms_f2h_n(ob{k}, y{k} + j0, J);" for k in halves_out]
         return head + inner + tail + ["}"]
+
+    def _span_loop(self, lines, pragma, halves_in, halves_out, tiles):
+        """Rows [r0, r1) of L elements as spans of R whole rows: a span of every float16 operand
+        converted by one ms_h2f_n / ms_f2h_n, the loop over the span's R * L elements computing in
+        float; a row read by every row converted once and repeated to a span's length. The members
+        are the same statements as the row loop's, so the bits are the same."""
+        head = []
+        for k in tiles:
+            x = self.group.pointer_inputs[k]
+            head.append(f"{compute_type(x.dtype)} tb{k}[{_ROW_SPAN}];")
+            if _is_half(x.dtype):
+                head.append(f"ms_h2f_n(a{k}, tb{k}, L);")
+            else:
+                head.append(f"for (int64_t c = 0; c < L; ++c) tb{k}[c] = a{k}[c];")
+            head.append(f"for (int64_t w = L; w < R * L; w *= 2) "
+                        f"std::memcpy(tb{k} + w, tb{k}, std::min<int64_t>(w, R * L - w) * sizeof(tb{k}[0]));")
+        head += ["for (int64_t o0 = r0; o0 < r1; o0 += R) {",
+                 "  const int64_t J = std::min<int64_t>(R, r1 - o0) * L, b = o0 * L;"]
+        head += [f"  float hb{k}[{_ROW_SPAN}]; ms_h2f_n(a{k} + b, hb{k}, J);" for k in halves_in]
+        head += [f"  float ob{k}[{_ROW_SPAN}];" for k in halves_out]
+        inner = ["  " + pragma, "  for (int64_t jj = 0; jj < J; ++jj) {", "    const int64_t j = b + jj; (void)j;"]
+        inner += ["    " + line for line in lines] + ["  }"]
+        tail = [f"  ms_f2h_n(ob{k}, y{k} + b, J);" for k in halves_out]
+        return head + inner + tail + ["}"]
+
+    def _span_source(self):
+        """The kernel of a layout with short float16 rows (self.spans): tasks of whole spans."""
+        rows = ["static inline void ms_rows(int64_t r0, int64_t r1, void** p, const int64_t* n) {",
+                "  const int64_t L = n[1];", f"  const int64_t R = {_ROW_SPAN} / L;"]
+        rows += ["  " + x for x in self._pointers(lambda k: "") + self._body()] + ["}"]
+        kernel = [f'extern "C" void {self.symbol}(void** p, const int64_t* n) {{',
+                  "  const int64_t rows = n[0], L = n[1];",
+                  f"  const int64_t task = {_ROW_SPAN} / L * 16, tasks = (rows + task - 1) / task;",
+                  f"  if (tasks > 1 && rows * L >= {parallel_min(len(self.group.members))}) {{",
+                  "    #pragma omp parallel for schedule(static)",
+                  "    for (int64_t t = 0; t < tasks; ++t) ms_rows(t * task, std::min(rows, (t + 1) * task), p, n);",
+                  "  } else {", "    ms_rows(0, rows, p, n);", "  }", "}"]
+        return PRELUDE + "\n".join(rows + kernel) + "\n"
 
     def _plan_stash(self, loops):
         """Costly values (a transcendental call) needed by several loops of a row: keep a row of them."""
@@ -505,6 +591,8 @@ class KernelSource:
         return block + kernel
 
     def source(self):
+        if self.spans is not None:
+            return self._span_source()
         d = len(self.sizes)
         n_ops = len(self.group.pointer_inputs) + len(self.group.stores)
         head = [f'extern "C" void {self.symbol}(void** p, const int64_t* n) {{',

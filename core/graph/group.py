@@ -101,7 +101,8 @@ class FusedGroup:
         for (m, _), cls in zip(self.stores, classes[n_in:]):
             if cls == 0 and not self.is_row_value(m) and sizes[-1] > 1:
                 raise ValueError(f"{self.name}: an output buffer is broadcast")
-        text = KernelSource(self, "ms_kernel", sizes, classes).source()
+        row_strides = [st[0] for st in strides] if len(sizes) == 2 else None
+        text = KernelSource(self, "ms_kernel", sizes, classes, row_strides).source()
         params = list(sizes) + [s for st in strides for s in st]
         return text, params
 

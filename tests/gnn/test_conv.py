@@ -132,7 +132,7 @@ def test_gcnconv_forward_and_gradients(graph, fuse):
                  ["weight", "bias"])
 
 
-@pytest.mark.parametrize("heads,concat,fuse", [(2, True, True), (3, False, True), (2, True, False)])
+@pytest.mark.parametrize("heads,concat,fuse", [(2, True, True), (3, False, True), (1, False, True), (2, True, False)])
 def test_gatconv_forward_and_gradients(graph, heads, concat, fuse):
     ms.set_seed(1)
     layer = GATConv(IN, OUT, heads=heads, concat=concat)

@@ -48,8 +48,9 @@ def _loop_spmm(indptr, indices, values, dense, transposed, cols):
 
 
 # (rows, cols, heads, width, nnz): one-element rows (scalar conversions), 8-wide chunks with an odd
-# tail, and a graph large enough for the kernels' OpenMP split.
-SHAPES = [(6, 5, 1, 1, 17), (9, 7, 2, 11, 40), (2000, 1500, 4, 16, 40000)]
+# tail, and graphs large enough for the kernels' OpenMP split: with many entries per source row (spmm
+# widens whole arrays) and with few (spmm converts rows as it reads them).
+SHAPES = [(6, 5, 1, 1, 17), (9, 7, 2, 11, 40), (2000, 1500, 4, 16, 40000), (3000, 3000, 8, 16, 20000)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -121,11 +122,12 @@ def test_float16_gat_attention_pair_equals_float32_rounded_once(path, shape):
             np.testing.assert_array_equal(got, expected.astype(np.float16))
 
 
-@pytest.mark.parametrize("width", [1, 8])
+@pytest.mark.parametrize("width", [1, 8, 21])
 def test_float16_rounding_overflow_subnormals_and_nan(path, width):
     """Each output row sums two entries whose float32 sum needs float16's edge cases: ties to even,
     overflow to inf, subnormal results, and inf - inf = NaN. width 1 takes the scalar conversions,
-    width 8 the vector ones."""
+    width 8 the vector ones, width 21 the rows converted as they are used (a padded last vector, the
+    array's last row read without reading past its end)."""
     tiny = 2.0 ** -24  # float16's smallest subnormal
     pairs = [(65504, 16, 1), (65504, 8, 1), (2048, 1, 1), (2048, 3, 1), (-65504, -16, 1), (tiny, 0, 0.5),
              (3 * tiny, 0, 0.5), (-3 * tiny, 0, 0.5), (1023 * tiny, tiny, 1), (np.inf, -np.inf, 1), (6e-5, 1e-7, 1)]

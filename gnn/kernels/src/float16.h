@@ -73,6 +73,38 @@ inline __attribute__((target("avx,f16c"))) void narrow_f16c(const float* in, uin
     for (; i < n; ++i) out[i] = float_to_half_bits(in[i]);
 }
 
+// Rows for kernels that convert as they go (a source row of 8 heads x 8 features, of 7 classes):
+// whole 8-value vectors only, so a short row costs one conversion, not one per value. `out` has room
+// for n rounded up to 8; `end` bounds what `in` may read (the array's end: the last row pads instead).
+inline __attribute__((target("avx,f16c"))) void widen_row_f16c(const uint16_t* in, float* out, int64_t n,
+                                                               const uint16_t* end) {
+    for (int64_t i = 0; i < n; i += 8) {
+        __m128i h;
+        if (in + i + 8 <= end) {
+            h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+        } else {
+            uint16_t pad[8] = {0};
+            for (int64_t j = 0; j < n - i; ++j) pad[j] = in[i + j];
+            h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pad));
+        }
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+    }
+}
+
+// n values of `in` (readable up to n rounded up to 8) rounded into `out`, which gets exactly n.
+inline __attribute__((target("avx,f16c"))) void narrow_row_f16c(const float* in, uint16_t* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+    if (i < n) {
+        uint16_t h[8];
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(h), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+        for (int64_t j = 0; j < n - i; ++j) out[i + j] = h[j];
+    }
+}
+
 // Evaluated while the module loads, possibly before libgcc's own CPU probe ran: probe first.
 inline const bool kHasF16c = [] {
     __builtin_cpu_init();

@@ -210,3 +210,78 @@ def test_float16_chunks_of_converted_loads_and_stores_are_numpys_bits(trace_grap
     (got,), (want,) = fused_run.run([a, b]), plain_run.run([a, b])
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("shape", [(2708, 7), (37, 2), (5, 32), (40000, 9)])
+def test_float16_short_rows_run_as_spans_with_numpys_bits(trace_graph, shape):
+    """Short float16 rows (a class score row of 7 plus a bias) convert spans of whole rows at once: a
+    bias read by every row is repeated over the span, a float32 operand is read in place, a float16
+    row-by-row operand and the parallel path (40000 rows) keep numpy's float16 bits per op."""
+    from mstrain.graph.codegen import KernelSource
+
+    def f(x, bias, scale, wide):
+        return (x + bias) * 0.5 - ops.cast(wide, ms.float16) * scale
+    x = _rand(shape, np.float16)
+    bias = _rand(shape[-1:], np.float16, seed=1)
+    scale = _rand((), np.float16, seed=2)
+    wide = _rand(shape, np.float32, seed=3)
+    spans = []
+    original = KernelSource.source
+    KernelSource.source = lambda self: spans.append(self.spans) or original(self)
+    try:
+        graph = trace_graph(f, x, bias, scale, wide)
+        _, fused_run = compile_graph(graph, fusion=True)
+        _, plain_run = compile_graph(graph, fusion=False)
+        (got,), (want,) = fused_run.run([x, bias, scale, wide]), plain_run.run([x, bias, scale, wide])
+    finally:
+        KernelSource.source = original
+    assert any(s is not None and "tile" in s for s in spans)
+    expect = ((x + bias) * np.float16(0.5)) - wide.astype(np.float16) * scale
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(got.view(np.uint16), expect.view(np.uint16))
+
+
+def test_float16_short_rows_of_a_strided_view_keep_the_row_loop(trace_graph):
+    """Rows that are not one after another in memory (every other column of a wider array) are not a
+    span: the row loop runs them, with the same bits."""
+    from mstrain.graph.codegen import KernelSource
+
+    def f(x, bias):
+        return x[:, ::2] + bias
+    x = _rand((300, 14), np.float16)
+    bias = _rand((7,), np.float16, seed=1)
+    spans = []
+    original = KernelSource.source
+    KernelSource.source = lambda self: spans.append(self.spans) or original(self)
+    try:
+        _, fused_run = compile_graph(trace_graph(f, x, bias), fusion=True)
+        (got,) = fused_run.run([x, bias])
+    finally:
+        KernelSource.source = original
+    assert spans and all(s is None for s in spans)
+    np.testing.assert_array_equal(got.view(np.uint16), (x[:, ::2] + bias).view(np.uint16))
+
+
+def test_float16_last_op_rounded_by_its_store_keeps_numpys_edge_cases(trace_graph):
+    """A kernel's last float16 op, read by no other op, is rounded once by its store's conversion
+    instead of twice: ties to even, overflow to inf, subnormals and NaN keep numpy's bits."""
+    from mstrain.graph.codegen import KernelSource
+
+    def f(a, b):
+        return (a + b) * b
+    tiny = 2.0 ** -24
+    a = np.array([[2048, 2049, 300, tiny, 3 * tiny, 1, np.inf, 0.1, -7, 65000]] * 40, np.float16)
+    b = np.array([1, 1, 250, 0.5, 0.5, 1e-3, -1, 3, 9, 2], np.float16)
+    unrounded = []
+    original = KernelSource.source
+    KernelSource.source = lambda self: unrounded.append(len(self.unrounded)) or original(self)
+    try:
+        _, fused_run = compile_graph(trace_graph(f, a, b), fusion=True)
+        (got,) = fused_run.run([a, b])
+    finally:
+        KernelSource.source = original
+    assert unrounded == [1]  # the product; the sum is read by it, so it is still rounded first
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = (a + b) * b
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
