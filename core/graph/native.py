@@ -355,6 +355,8 @@ SMALL_GEMM_WORK = float(1 << 23)
 # threads ([2048, 256] x [256, 256]: 49.0 -> 25.9 ms per step for its 12 instances), while the medians
 # ran 1.1-3.1x SLOWER on two ([2048, 256] x [256, 1024] weight gradient: 28.5 -> 88.7 ms), and after a two-
 # thread product the OpenMP kernels that follow were slower too (attention backward 14.8 -> 24.2 ms).
+# In a busier run every product was slower on two threads even in its fastest round, and whole steps
+# ran 2.08x faster load-aware than on the fixed count (2.16x on one thread throughout).
 # So: every core while the cores are free, one thread per free core when they are not. OpenBLAS
 # splits rows and columns of C, never the sum, so the count does not change the numbers.
 
