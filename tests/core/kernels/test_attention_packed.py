@@ -39,8 +39,8 @@ def test_kernels_read_and_write_the_packed_thirds_in_place(monkeypatch, dtype, c
     scores = np.empty((b, h, t, t), dtype) if with_bias else None
     K.attention_backward(q, k, v, bias, out, gout, 0.3, causal, with_bias,
                          result=(gqkv[:, :, 0], gqkv[:, :, 1], gqkv[:, :, 2], scores), layout="BSND")
-    expected = K.reference_attention_backward(*_views(qkv), bias, ref_out, np.ascontiguousarray(np.swapaxes(gout, 1, 2)),
-                                              0.3, causal, with_bias)
+    gout_bnsd = np.ascontiguousarray(np.swapaxes(gout, 1, 2))
+    expected = K.reference_attention_backward(*_views(qkv), bias, ref_out, gout_bnsd, 0.3, causal, with_bias)
     for i in range(3):
         np.testing.assert_allclose(np.swapaxes(gqkv[:, :, i], 1, 2), expected[i], **_tol(dtype))
     if with_bias:
