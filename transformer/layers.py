@@ -109,12 +109,37 @@ class Attention(nn.Cell):
         b, t, _ = x.shape  # (B, T, h*d) -> (B, T, h, d): the fused attention's BSND layout, no transpose
         return F.reshape(x, (b, t, self.local_heads, self.head_dim))
 
+    def _packed_projection(self, x):
+        """q, k and v of x as ONE product, (B, T, 3, h, d): the three (local) weights side by side. The
+        Parameters stay separate (checkpoints and every parallel layout see the same weights); the step
+        runs one (B*T, H) x (H, 3*h*d) product and one weight gradient, and the attention reads the
+        three thirds in place (ops.scaled_dot_product_attention_qkvpacked)."""
+        layers = (self.query, self.key, self.value)
+        weights = [layer.cast_param(layer.weight) for layer in layers]
+        biases = [layer.cast_param(layer.bias) for layer in layers]
+        dtype = self.query.compute_dtype
+        if dtype is not None and x.dtype != dtype:
+            x = F.cast(x, dtype)  # as each layer casts its input under to_float
+        b, t, _ = x.shape
+        flat = F.reshape(x, (b * t, x.shape[-1]))
+        out = F.dense(flat, F.concat(weights, 0), None if biases[0] is None else F.concat(biases, 0))
+        return F.reshape(out, (b, t, 3, self.local_heads, self.head_dim))
+
     def construct(self, x, memory=None, mask=None, bias=None, cache=None, layer=0):
         b, t, _ = x.shape
         x = _enter_model_region(x, self.groups)
-        source = x if memory is None else _enter_model_region(memory, self.groups)
-        q = self._heads(self.query(x))
-        k, v = self._heads(self.key(source)), self._heads(self.value(source))
+        if memory is None and cache is None:
+            qkv = self._packed_projection(x)
+            context = F.scaled_dot_product_attention_qkvpacked(qkv, attn_mask=mask, bias=bias, scale=self.scale,
+                                                               is_causal=self.causal and mask is None)
+            return self.projection(F.reshape(context, (b, t, self.local_heads * self.head_dim)))
+        if memory is None:  # generation: the same packed product, its keys and values into the cache
+            qkv = self._packed_projection(x).asnumpy()
+            q, k, v = (Tensor(qkv[:, :, i]) for i in range(3))
+        else:
+            source = _enter_model_region(memory, self.groups)
+            q = self._heads(self.query(x))
+            k, v = self._heads(self.key(source)), self._heads(self.value(source))
         if cache is not None:  # the cache holds (B, h, S, d); the attention reads its (B, S, h, d) views
             keys, values = cache.write(layer, np.swapaxes(k.asnumpy(), 1, 2), np.swapaxes(v.asnumpy(), 1, 2))
             k, v = Tensor(np.swapaxes(keys, 1, 2)), Tensor(np.swapaxes(values, 1, 2))

@@ -7,7 +7,8 @@ the same cblas_?gemm call numpy's matmul makes, so the numbers are numpy's); any
 runs `steps` steps in C: copy the step's inputs into the graph's input buffers, run every
 instruction, read the loss. A plan of only native kernels never enters Python during the loop.
 Inside a program each product gets its BLAS thread count from `blas_threads_for` (small products
-run on one thread); the count numpy had is restored when the program returns.
+run on one thread, large ones leave the cores other processes hold); the count numpy had is
+restored when the program returns.
 """
 import ctypes
 import glob
@@ -22,8 +23,10 @@ from .codegen import _COLUMN_BLOCK, _PARALLEL_MIN
 # the row sum shares out generated reductions' column blocks above their size threshold
 _RUNTIME = f"#define MS_PARALLEL_MIN {_PARALLEL_MIN}\n#define MS_SUM_COLUMN_BLOCK {_COLUMN_BLOCK}\n" + r"""#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <sched.h>
 typedef void (*kernel_t)(void**, const int64_t*);
 struct Instr { kernel_t fn; void** p; const int64_t* n; };
 
@@ -41,10 +44,51 @@ extern "C" void ms_set_blas_threads(void* setter, void* getter, double small_gem
   g_small_gemm_work = small_gemm_work;
 }
 
-/* one thread for a product below the work threshold, else the count the program started with */
+/* Runnable threads of other processes: /proc/loadavg's running count (its fourth field's numerator,
+   which counts the thread reading it) less one, read again at most every 5 ms. See
+   blas_threads_for in native.py for why a product's thread count follows it. */
+static int g_cores = 0;                /* cores this process may run on */
+static int g_load_aware = 1;           /* 0: large products always take the program's thread count */
+static double g_load_read = -1.0;
+static int g_busy_elsewhere = 0;
+static int64_t g_large_products[2] = {0, 0};  /* large products run on: all threads, fewer (load) */
+
+static int busy_elsewhere() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  const double now_s = static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  if (now_s - g_load_read < 0.005) return g_busy_elsewhere;
+  g_load_read = now_s;
+  FILE* f = std::fopen("/proc/loadavg", "r");
+  double one, five, fifteen;
+  int running = 0, total = 0;
+  const bool read = f && std::fscanf(f, "%lf %lf %lf %d/%d", &one, &five, &fifteen, &running, &total) == 5;
+  if (f) std::fclose(f);
+  g_busy_elsewhere = read ? std::max(0, running - 1) : 0;
+  return g_busy_elsewhere;
+}
+
+extern "C" void ms_set_blas_load_aware(int64_t on) { g_load_aware = static_cast<int>(on); }
+
+extern "C" void ms_blas_large_products(int64_t* counts) {
+  counts[0] = g_large_products[0];
+  counts[1] = g_large_products[1];
+}
+
+/* one thread for a product below the work threshold, else the count the program started with, less
+   the cores other processes' runnable threads hold (at least one) */
 static void blas_threads_for(double work) {
   if (!g_set_threads || !g_entry_threads) return;
-  const int wanted = work < g_small_gemm_work ? 1 : g_entry_threads;
+  int wanted = work < g_small_gemm_work ? 1 : g_entry_threads;
+  if (wanted > 1 && g_load_aware) {
+    if (!g_cores) {
+      cpu_set_t set;
+      g_cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    }
+    const int free_cores = std::max(1, g_cores - busy_elsewhere());
+    ++g_large_products[free_cores < wanted];
+    wanted = std::min(wanted, free_cores);
+  }
   if (g_get_threads() != wanted) g_set_threads(wanted);
 }
 
@@ -302,15 +346,53 @@ def numpy_blas_gemm():
 # gain from a second thread is smaller than that loss; larger products keep every thread.
 SMALL_GEMM_WORK = float(1 << 23)
 
+# A larger product also leaves the cores that other processes' runnable threads hold (read from
+# /proc/loadavg at most every 5 ms; at least one thread stays, as libgomp's OMP_DYNAMIC does): a split
+# product waits for its slowest thread, and a thread that queues behind another process holds the
+# whole product back. Every product of W1's GPT step (37 to 537 million multiply-adds), timed inside
+# the compiled step on one and on two BLAS threads (benchmarks/blas_threads.py, 2 cores, OPENBLAS_THREAD_TIMEOUT=4,
+# alternating, other processes running on and off): the fastest of six runs ran 1.8-1.95x faster on two
+# threads ([2048, 256] x [256, 256]: 49.0 -> 25.9 ms per step for its 12 instances), while the medians
+# ran 1.1-3.1x SLOWER on two ([2048, 256] x [256, 1024] weight gradient: 28.5 -> 88.7 ms), and after a two-
+# thread product the OpenMP kernels that follow were slower too (attention backward 14.8 -> 24.2 ms).
+# In a busier run every product was slower on two threads even in its fastest round, and whole steps
+# ran 2.08x faster load-aware than on the fixed count (2.16x on one thread throughout).
+# So: every core while the cores are free, one thread per free core when they are not. OpenBLAS
+# splits rows and columns of C, never the sum, so the count does not change the numbers.
 
-def blas_threads_for(m, n, k, batch=1, threads=None):
+
+def blas_threads_for(m, n, k, batch=1, threads=None, busy_elsewhere=0, cores=None):
     """The BLAS threads a compiled step gives the product (m x k) @ (k x n), `batch` times:
-    one below SMALL_GEMM_WORK multiply-adds, else `threads` (default: numpy's BLAS count now)."""
+    one below SMALL_GEMM_WORK multiply-adds, else `threads` (default: numpy's BLAS count now) less
+    the cores that `busy_elsewhere` runnable threads of other processes hold (at least one; `cores`
+    default: the cores this process may run on)."""
     if float(m) * n * k * batch < SMALL_GEMM_WORK:
         return 1
     if threads is None:
         threads = numpy_blas_threads()[1]()
+    if threads > 1 and busy_elsewhere:
+        cores = len(os.sched_getaffinity(0)) if cores is None else cores
+        threads = min(threads, max(1, cores - busy_elsewhere))
     return threads
+
+
+def set_blas_load_aware(on):
+    """Whether a compiled step's large products leave the cores other processes hold (default True;
+    False gives them the program's BLAS thread count whatever the load, e.g. to time both)."""
+    library = runtime()
+    if library is not None:
+        library.ms_set_blas_load_aware(ctypes.c_int64(int(bool(on))))
+
+
+def blas_large_products():
+    """(large products run on every BLAS thread, large products run on fewer because other processes
+    held cores) counted by the step runner since the process started; (0, 0) without it."""
+    library = runtime()
+    if library is None:
+        return 0, 0
+    counts = (ctypes.c_int64 * 2)()
+    library.ms_blas_large_products(counts)
+    return int(counts[0]), int(counts[1])
 
 
 def numpy_blas_thread_addresses():

@@ -16,7 +16,8 @@ half never computed) when it is built, not disabled by MSTRAIN_DISABLE_KERNELS, 
 float64 of one dtype; else the numpy reference `reference_<name>` below. The tests compare the two.
 `layout` "BNSD" takes q, k, v and gives out as (B, H, L, W); "BSND" as (B, L, H, W), the layout of a
 projection reshaped to heads (no transposes around the attention). q, k, v, out and gout are read in place
-through their strides when their last axis is contiguous (transposed head views need no copy).
+through their strides when their last axis is contiguous (transposed head views need no copy), and so are
+the gradients gq, gk, gv given in `result=` (views of one packed buffer need no copy either).
 `out=` takes the planned buffers of a compiled graph; `c_entry(name)` is the address of a pass's C entry
 for the compiled step loop (None when not built), `params(...)` its parameter list.
 """
@@ -138,14 +139,20 @@ def _readable(array):
     return array if array is None or strided_ok(array) else np.ascontiguousarray(array)
 
 
-def _outputs(out, shapes, dtype, name):
+def _outputs(out, shapes, dtype, name, strided=0):
+    """The given (or new) output arrays; the first `strided` may be strided views (their rows written
+    through the strides, e.g. the q/k/v gradients inside one packed (B, T, 3, H, D) buffer), the rest
+    are C-contiguous."""
     if out is None:
         return tuple(None if s is None else np.empty(s, dtype) for s in shapes)
     out = tuple(out)
-    for o, s in zip(out, shapes):
-        if s is not None and (not isinstance(o, np.ndarray) or o.shape != tuple(s) or o.dtype != dtype
-                              or not o.flags.c_contiguous or not o.flags.writeable):
-            raise ShapeError(f"{name}: out must be C-contiguous {np.dtype(dtype)} arrays of shapes {shapes}")
+    for i, (o, s) in enumerate(zip(out, shapes)):
+        if s is None:
+            continue
+        laid_out = strided_ok(o) if i < strided else isinstance(o, np.ndarray) and o.flags.c_contiguous
+        if not (laid_out and o.shape == tuple(s) and o.dtype == dtype and o.flags.writeable):
+            raise ShapeError(f"{name}: out must be {np.dtype(dtype)} arrays of shapes {shapes} (the first "
+                             f"{strided} with adjacent columns, the rest C-contiguous)")
     return out
 
 
@@ -195,7 +202,7 @@ def attention_backward(q, k, v, bias, out, gout, scale=1.0, causal=False, bias_g
     b, h, t, _ = logical_shape(q, layout)
     scores_shape = (b, h, t, logical_shape(k, layout)[2])
     grads = _outputs(result, (q.shape, k.shape, v.shape, scores_shape if bias_grad else None), q.dtype,
-                     "attention_backward")
+                     "attention_backward", strided=3)
     gscores = grads[3] if bias_grad else None
     native([q, k, v, bias, out, gout, grads[0], grads[1], grads[2], gscores],
            params(q, k, v, bias, scale, causal, [q, k, v, out, gout, *grads[:3]], layout))

@@ -36,6 +36,7 @@ from .numeric import (  # noqa: F401
 )
 from .padding import pad  # noqa: F401
 from .attention import scaled_dot_product_attention  # noqa: F401
+from .attention_packed import scaled_dot_product_attention_qkvpacked  # noqa: F401
 from .optim_ops import (  # noqa: F401
     apply_adagrad, apply_adam_with_powers, apply_centered_rms_prop, apply_ftrl, apply_rms_prop,
 )
@@ -43,5 +44,24 @@ from .aliases import (  # noqa: F401
     bias_add, divide, eq, ge, gt, le, lt, multiply, ne, negative, real_div, select, subtract, tensor_add,
     tensor_div, tensor_mul, tensor_sub, top_k, true_divide,
 )
+
+
+def dense(input, weight, bias=None):  # noqa: A002  (MindSpore's ops.dense)
+    """input (*, in) @ weight.T + bias: weight (out, in), bias (out,) or None -> (*, out). The product and
+    its gradients are those of `nn.Dense` (one product, a contiguous weight gradient, no transposed copy)."""
+    from ..nn._primitives import dense as _dense, dense_no_bias
+    from .array import reshape
+    shape = tuple(input.shape)
+    if len(weight.shape) != 2 or not shape or shape[-1] != weight.shape[1]:
+        from ..errors import ShapeError
+        raise ShapeError(f"dense: input of shape {shape} does not fit weight of shape {tuple(weight.shape)} "
+                         "((out, in), in = the input's last axis)")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        from ..errors import ShapeError
+        raise ShapeError(f"dense: bias of shape {tuple(bias.shape)} does not fit weight of shape {tuple(weight.shape)}")
+    flat = input if len(shape) == 2 else reshape(input, (-1, shape[-1]))
+    out = dense_no_bias(flat, weight) if bias is None else _dense(flat, weight, bias)
+    return out if len(shape) == 2 else reshape(out, shape[:-1] + (weight.shape[0],))
+
 
 __all__ = sorted(name for name in dir() if not name.startswith("_"))

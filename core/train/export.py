@@ -177,16 +177,33 @@ def _attention(b, node, ins):
     bsnd = node.attrs.get("layout", "BNSD") == "BSND"
     if bsnd:  # (B, L, H, W) -> (B, H, L, W)
         query, key, value = (b.emit("Transpose", [x], perm=[0, 2, 1, 3]) for x in (query, key, value))
+    t, s = node.inputs[0].shape[1 if bsnd else 2], node.inputs[1].shape[1 if bsnd else 2]
+    context = _attention_bnsd(b, node, query, key, value, bias, t, s)
+    return b.emit("Transpose", [context], perm=[0, 2, 1, 3]) if bsnd else context
+
+
+@_rule("attention_qkvpacked")
+def _attention_qkvpacked(b, node, ins):
+    """(B, T, 3, H, D) -> (3, B, H, T, D), q/k/v gathered from the first axis, attention, back to BSND."""
+    qkv, bias = ins
+    _, t, _, heads, width = node.inputs[0].shape
+    heads_first = b.emit("Transpose", [qkv], perm=[2, 0, 3, 1, 4])
+    shape = b.constant(np.asarray([-1, heads, t, width], np.int64))  # (1, B, H, T, D) -> (B, H, T, D)
+    query, key, value = (b.emit("Reshape", [b.emit("Gather", [heads_first, b.constant(np.asarray([i], np.int64))],
+                                                   axis=0), shape]) for i in range(3))
+    context = _attention_bnsd(b, node, query, key, value, bias, t, t)
+    return b.emit("Transpose", [context], perm=[0, 2, 1, 3])
+
+
+def _attention_bnsd(b, node, query, key, value, bias, t, s):
     scores = b.emit("MatMul", [query, b.emit("Transpose", [key], perm=[0, 1, 3, 2])])
     scores = b.emit("Mul", [scores, b.scalar(float(node.attrs["scale"]), node)])
     if bias:
         scores = b.emit("Add", [scores, bias])
     if node.attrs.get("causal"):
-        t, s = node.inputs[0].shape[1 if bsnd else 2], node.inputs[1].shape[1 if bsnd else 2]
         visible = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
         scores = b.emit("Where", [b.constant(visible), scores, b.scalar(-1e9, node)])
-    context = b.emit("MatMul", [b.emit("Softmax", [scores], axis=-1), value])
-    return b.emit("Transpose", [context], perm=[0, 2, 1, 3]) if bsnd else context
+    return b.emit("MatMul", [b.emit("Softmax", [scores], axis=-1), value])
 
 
 @_rule("reshape_to")

@@ -172,6 +172,11 @@ def _attention_rows():
         case(prims, lambda q, k, v: sdpa(q, k, v, attn_mask=_PADDING),
              lambda q, k, v: _attention_ref(q, k, v, visible=_PADDING),
              normal(2, 2, 4, 3), normal(2, 2, 5, 3), normal(2, 2, 5, 3), name="attention_padding_mask"),
+        case(("attention_qkvpacked", "attention_qkvpacked_grad"),
+             lambda x, b: F.scaled_dot_product_attention_qkvpacked(x, bias=b, is_causal=True),
+             lambda x, b: np.swapaxes(_attention_ref(*(np.swapaxes(x[:, :, i], 1, 2) for i in range(3)), b,
+                                                     causal=True), 1, 2),
+             normal(2, 4, 3, 2, 3), normal(1, 2, 4, 4), name="attention_qkvpacked", second_order=True),
     ]
 
 
