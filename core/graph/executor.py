@@ -19,6 +19,7 @@ from . import copies, lowering  # noqa: F401  (copies: the layout ops' lowering 
 from .build import native_enabled as _native_enabled
 from .memory import Step, plan_memory
 from .half_shadow import HalfShadow, is_half_exact, refresh_all
+from .index_guard import IndexGuards
 
 _INPLACE_UNSAFE = {"where", "cast"}  # their out= kernels read an input after writing the output
 
@@ -127,6 +128,7 @@ class Executable:
             plan.append(self._kernel(node, arrays))
             plan_nodes.append(node)
         self.plan, self.plan_nodes = plan, plan_nodes
+        self._index_guards = IndexGuards(self.graph.name, plan_nodes, plan, self._input_buffers)
         self._native = None
         self._arrays = arrays
         self._bound = [(n.value, n.value._data) for n in self._residents]
@@ -295,9 +297,15 @@ class Executable:
     def run(self, inputs):
         """One execution: load `inputs`, run, return copies of the outputs (residents by reference)."""
         self.check_residents()
+        guards = self._index_guards
+        if guards:
+            guards.check_inputs([inputs])
+            guards.reset()
         refresh_all(self._shadows)
         self.load_inputs(inputs)
         self.step()
+        if guards:
+            guards.raise_bad()
         result = []
         for node in self.graph.outputs:
             if node.op == "resident":
@@ -315,6 +323,10 @@ class Executable:
         step to `seconds`. Several batches loop in C; a single one (a full-batch step per round
         trip) runs directly, sparing the loop's per-call set-up."""
         self.check_residents()
+        guards = self._index_guards
+        if guards:  # before any step: a bad id in any batch raises as eager's gather does
+            guards.check_inputs(batches)
+            guards.reset()
         refresh_all(self._shadows)
         kept = self.output_arrays()[output_index]
         profiler = dispatch.profiler
@@ -331,6 +343,8 @@ class Executable:
             self._python_steps(batches, kept, values, seconds, kernel_seconds)
         if profiler is not None:
             profiler.add_compiled_run(self, kernel_seconds, seconds, started)
+        if guards:
+            guards.raise_bad()
 
     def _python_steps(self, batches, kept, values, seconds, kernel_seconds):
         """The loop sink without the C loop; with `kernel_seconds`, each kernel timed (profiler)."""

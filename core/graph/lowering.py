@@ -127,9 +127,15 @@ def _take_mode(node):
 
 @register_rule("lowering", "gather")
 def _gather(node, ins, out):
+    """The C kernel the step loop calls directly (mstrain.kernels.gather; its index range is checked
+    by the executor, mstrain.graph.index_guard), else np.take."""
     x, indices = ins
     if not isinstance(x, np.ndarray) or not isinstance(indices, np.ndarray) or indices.dtype.kind not in "iu":
         return None
+    from ..kernels.gather import take_step_kernel
+    native = take_step_kernel(x, indices, node.attrs.get("axis", 0), out)
+    if native is not None:
+        return native
     return partial(np.take, x, indices, node.attrs.get("axis", 0), out, _take_mode(node))
 
 
@@ -150,8 +156,19 @@ def _segment_sum(node, ins, out):
 
 
 @register_rule("lowering", "gather_backward")
-@_zeroed
 def _gather_backward(node, ins, out):
+    """The C scatter-add the step loop calls directly (any axis), else the row scatter into zeros."""
+    g, indices = ins
+    if len(out.shape) and isinstance(g, np.ndarray) and isinstance(indices, np.ndarray):
+        from ..kernels.gather import scatter_add_step_kernel
+        native = scatter_add_step_kernel(g, indices, node.attrs.get("axis", 0), out)
+        if native is not None:
+            return native
+    return _scatter_rows(node, ins, out)
+
+
+@_zeroed
+def _scatter_rows(node, ins, out):
     g, indices = ins
     if len(out.shape) == 0 or node.attrs.get("axis", 0) % out.ndim != 0 or not isinstance(g, np.ndarray):
         return None
