@@ -116,9 +116,9 @@ template <> struct Ops<double> {
 struct Isa {
     const char* name;
     void (*rect_float)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, int64_t,
-                       int64_t, int64_t, float*, float*);
+                       int64_t, int64_t, float*);
     void (*rect_double)(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t,
-                        int64_t, int64_t, int64_t, double*, double*);
+                        int64_t, int64_t, int64_t, double*);
     int tile_rows[2], tile_cols[2];  // [float, double]
     int64_t depth[2];
 };
@@ -163,8 +163,7 @@ constexpr double kThreadedWork = double(1 << 22);
 
 template <typename T>
 struct Buffers {
-    std::vector<T> a, b;
-    T* a_for(size_t n) { if (a.size() < n) a.resize(n); return a.data(); }
+    std::vector<T> b;
     T* b_for(size_t n) { if (b.size() < n) b.resize(n); return b.data(); }
 };
 
@@ -181,10 +180,9 @@ static void call_rect(const Isa& isa, const T* a, int64_t rsa, int64_t csa, cons
     const int64_t kc = k < isa.depth[d] ? k : isa.depth[d];
     const int64_t panels = (n + isa.tile_cols[d] - 1) / isa.tile_cols[d];
     Buffers<T>& buf = thread_buffers<T>();
-    T* pa = buf.a_for(size_t(isa.tile_rows[d]) * kc);
     T* pb = buf.b_for(size_t(panels * isa.tile_cols[d]) * kc);
-    if constexpr (sizeof(T) == 8) isa.rect_double(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pa, pb);
-    else isa.rect_float(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pa, pb);
+    if constexpr (sizeof(T) == 8) isa.rect_double(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb);
+    else isa.rect_float(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb);
 }
 
 // C (m x n) = A B on `threads` threads: C is cut into one band of whole tiles per thread, across
