@@ -14,9 +14,10 @@ AVX2 + FMA and portably, and runs the best one the CPU supports: the package bui
 compiler's default target and runs anywhere. An MR x NR tile of C (12 x 32 float32 / 12 x 16 float64
 with AVX-512) is accumulated in registers; A is read in place (a row-major A row by row, a
 transposed A as MR adjacent values per step), B in place when its rows are contiguous, else packed
-into NR-wide panels once per 128-deep block. OpenMP threads each own a band of whole tiles of C
-(rows of a tall C, columns of a wide one) and every element is one chain of fused multiply-adds in
-ascending k, so 1 and 2 threads give the same bits. The values differ from numpy's OpenBLAS only in
+into NR-wide panels once per 128-deep block; the tile of C's last rows is a tile of that many rows.
+OpenMP threads each own a band of whole tiles of C (rows, or columns where that splits C more
+evenly: a 128 x 128 weight gradient on 2 threads) and every element is one chain of fused
+multiply-adds in ascending k, so 1 and 2 threads give the same bits. The values differ from numpy's OpenBLAS only in
 rounding (within 1e-5 relative; the tests check both).
 
 When it runs (`chooses`), a rule read off per-shape timings against numpy's OpenBLAS and PyTorch

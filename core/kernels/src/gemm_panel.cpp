@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -116,9 +117,9 @@ template <> struct Ops<double> {
 struct Isa {
     const char* name;
     void (*rect_float)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, int64_t,
-                       int64_t, int64_t, float*, float*);
+                       int64_t, int64_t, float*);
     void (*rect_double)(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t,
-                        int64_t, int64_t, int64_t, double*, double*);
+                        int64_t, int64_t, int64_t, double*);
     int tile_rows[2], tile_cols[2];  // [float, double]
     int64_t depth[2];
 };
@@ -163,8 +164,7 @@ constexpr double kThreadedWork = double(1 << 22);
 
 template <typename T>
 struct Buffers {
-    std::vector<T> a, b;
-    T* a_for(size_t n) { if (a.size() < n) a.resize(n); return a.data(); }
+    std::vector<T> b;
     T* b_for(size_t n) { if (b.size() < n) b.resize(n); return b.data(); }
 };
 
@@ -181,23 +181,38 @@ static void call_rect(const Isa& isa, const T* a, int64_t rsa, int64_t csa, cons
     const int64_t kc = k < isa.depth[d] ? k : isa.depth[d];
     const int64_t panels = (n + isa.tile_cols[d] - 1) / isa.tile_cols[d];
     Buffers<T>& buf = thread_buffers<T>();
-    T* pa = buf.a_for(size_t(isa.tile_rows[d]) * kc);
     T* pb = buf.b_for(size_t(panels * isa.tile_cols[d]) * kc);
-    if constexpr (sizeof(T) == 8) isa.rect_double(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pa, pb);
-    else isa.rect_float(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pa, pb);
+    if constexpr (sizeof(T) == 8) isa.rect_double(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb);
+    else isa.rect_float(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb);
+}
+
+// The largest band one of `threads` threads gets when `extent` is cut into whole tiles of `tile`
+// (units * t / threads .. units * (t + 1) / threads), as a fraction of `extent`.
+static double largest_band(int64_t extent, int64_t tile, int threads) {
+    const int64_t units = (extent + tile - 1) / tile;
+    if (threads > units) threads = static_cast<int>(units);
+    int64_t largest = 0;
+    for (int t = 0; t < threads; ++t) {
+        const int64_t first = units * t / threads * tile, last = units * (t + 1) / threads * tile;
+        largest = std::max(largest, std::min(last, extent) - first);
+    }
+    return double(largest) / double(extent);
 }
 
 // C (m x n) = A B on `threads` threads: C is cut into one band of whole tiles per thread, across
-// its rows when it has at least as many tile rows as tile columns, else across its columns.
+// its rows, or across its columns when that gives the slowest thread a share over 1% of C smaller:
+// a weight gradient's 128 x 128 C has 11 tile rows of 12 (5 and 6 per thread: 68 of 128 rows) but 4
+// tile columns of 32 (2 and 2). A tall C stays cut by rows (each thread then reads only its rows of
+// A). Any cut gives the same bits: each element is computed alone.
 template <typename T>
 static void gemm(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb, T* c,
                  int64_t ldc, int64_t m, int64_t n, int64_t k, int threads) {
     constexpr int d = sizeof(T) == 8;
     const int64_t mr = isa.tile_rows[d], nr = isa.tile_cols[d];
     const int64_t row_tiles = (m + mr - 1) / mr, col_tiles = (n + nr - 1) / nr;
-    const bool by_rows = row_tiles >= col_tiles;
-    const int64_t units = by_rows ? row_tiles : col_tiles;
     if (double(m) * double(n) * double(k) < kThreadedWork) threads = 1;
+    const bool by_rows = threads <= 1 || largest_band(m, mr, threads) <= largest_band(n, nr, threads) + 0.01;
+    const int64_t units = by_rows ? row_tiles : col_tiles;
     if (threads > units) threads = static_cast<int>(units);
     if (threads <= 1) {
         call_rect<T>(isa, a, rsa, csa, b, rsb, csb, c, ldc, m, n, k);

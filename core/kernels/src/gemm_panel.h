@@ -53,16 +53,17 @@ static void pack_b(const T* b, int64_t rsb, int64_t csb, int64_t kc, int64_t nc,
     }
 }
 
-// One MR x NR tile: c (row stride ldc) = [c +] A's rows x B's columns over kc. A's element (r, p) is
-// read in place at a[r * rsa + p * csa] (ROWS_ADJACENT: rsa == 1, A stored transposed, so each p's MR
-// values are adjacent; else csa == 1 and each row is read along memory), B's row p at b + p * rsb
-// (a packed panel or B itself when its rows are contiguous).
-template <typename T, bool ROWS_ADJACENT>
+// One MR x NR tile (MR = Ops' tile rows, or fewer at C's last rows): c (row stride ldc) = [c +] A's
+// rows x B's columns over kc. A's element (r, p) is read in place at a[r * rsa + p * csa]
+// (ROWS_ADJACENT: rsa == 1, A stored transposed, so each p's MR values are adjacent; else csa == 1
+// and each row is read along memory), B's row p at b + p * rsb (a packed panel or B itself when its
+// rows are contiguous).
+template <typename T, bool ROWS_ADJACENT, int MR = Ops<T>::MR>
 static void micro_tile(int64_t kc, const T* __restrict a, int64_t rsa, int64_t csa, const T* __restrict b,
                        int64_t rsb, T* __restrict c, int64_t ldc, bool accumulate) {
     using O = Ops<T>;
     using V = typename O::V;
-    constexpr int MR = O::MR, NV = O::NV, W = O::W;
+    constexpr int NV = O::NV, W = O::W;
     V acc[MR][NV];
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
@@ -99,24 +100,36 @@ static void micro_tile(int64_t kc, const T* __restrict a, int64_t rsa, int64_t c
         for (int v = 0; v < NV; ++v) O::store(c + r * ldc + v * W, acc[r][v]);
 }
 
-// A tile at an edge of C (rows < MR or cols < NR): A's missing rows are read from a zero tile-column
-// copy and the result goes through a full tile on the stack.
+// The tile of C's last `rows` (1 .. R) rows: micro_tile with that many rows, so A's missing rows are
+// neither read nor computed (the tile's elements are the same chains of multiply-adds as in a full tile).
+template <typename T, bool ROWS_ADJACENT, int R>
+static void rows_tile(int64_t rows, int64_t kc, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, T* c,
+                      int64_t ldc, bool accumulate) {
+    if constexpr (R > 1) {
+        if (rows < R) {
+            rows_tile<T, ROWS_ADJACENT, R - 1>(rows, kc, a, rsa, csa, b, rsb, c, ldc, accumulate);
+            return;
+        }
+    }
+    micro_tile<T, ROWS_ADJACENT, R>(kc, a, rsa, csa, b, rsb, c, ldc, accumulate);
+}
+
+// A tile at an edge of C (rows < MR or cols < NR): the rows that exist, straight into C when the tile
+// has all NR columns, else through a full-width tile on the stack.
 template <typename T, bool ROWS_ADJACENT>
 static void edge_tile(int64_t kc, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, T* c,
-                      int64_t ldc, int64_t rows, int64_t cols, bool accumulate, T* a_copy) {
+                      int64_t ldc, int64_t rows, int64_t cols, bool accumulate) {
     constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
+    if (cols == NR) {
+        rows_tile<T, ROWS_ADJACENT, MR>(rows, kc, a, rsa, csa, b, rsb, c, ldc, accumulate);
+        return;
+    }
     alignas(64) T tile[MR * NR];
     if (accumulate) {
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t j = 0; j < cols; ++j) tile[r * NR + j] = c[r * ldc + j];
     }
-    if (rows < MR) {  // pack the rows that exist, zeros for the rest (p-major, as ROWS_ADJACENT reads)
-        for (int64_t p = 0; p < kc; ++p)
-            for (int r = 0; r < MR; ++r) a_copy[p * MR + r] = r < rows ? a[r * rsa + p * csa] : T(0);
-        micro_tile<T, true>(kc, a_copy, 1, MR, b, rsb, tile, NR, accumulate);
-    } else {
-        micro_tile<T, ROWS_ADJACENT>(kc, a, rsa, csa, b, rsb, tile, NR, accumulate);
-    }
+    rows_tile<T, ROWS_ADJACENT, MR>(rows, kc, a, rsa, csa, b, rsb, tile, NR, accumulate);
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = tile[r * NR + j];
 }
@@ -126,10 +139,10 @@ static void edge_tile(int64_t kc, const T* a, int64_t rsa, int64_t csa, const T*
 // packing both operands of a long product cost more than it saved), while for a tall product B is
 // packed per KC-deep block into NR-wide panels (pack_b_buf: KC x round_up(n, NR)), read by every row
 // tile: in place its rows, a power of two bytes apart for the usual widths, compete for the same L1
-// sets (measured: 4-10% slower). a_buf holds KC x MR values for edge tiles.
+// sets (measured: 4-10% slower).
 template <typename T, bool ROWS_ADJACENT>
 static void gemm_rect_a(const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb, T* c,
-                        int64_t ldc, int64_t m, int64_t n, int64_t k, T* a_buf, T* pack_b_buf) {
+                        int64_t ldc, int64_t m, int64_t n, int64_t k, T* pack_b_buf) {
     using G = Tile<T>;
     constexpr int MR = G::MR, NR = G::NR;
     const bool b_in_place = ROWS_ADJACENT && csb == 1 && n % NR == 0;
@@ -152,7 +165,7 @@ static void gemm_rect_a(const T* a, int64_t rsa, int64_t csa, const T* b, int64_
                         micro_tile<T, ROWS_ADJACENT>(kc, a_tile, rsa, csa, b_tile, b_stride, tile, ldc, accumulate);
                     else
                         edge_tile<T, ROWS_ADJACENT>(kc, a_tile, rsa, csa, b_tile, b_stride, tile, ldc, rows, cols,
-                                                    accumulate, a_buf);
+                                                    accumulate);
                 }
             }
         }
@@ -161,19 +174,19 @@ static void gemm_rect_a(const T* a, int64_t rsa, int64_t csa, const T* b, int64_
 
 template <typename T>
 static void gemm_rect(const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb, T* c,
-                      int64_t ldc, int64_t m, int64_t n, int64_t k, T* a_buf, T* pack_b_buf) {
-    if (rsa == 1) gemm_rect_a<T, true>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, a_buf, pack_b_buf);
-    else gemm_rect_a<T, false>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, a_buf, pack_b_buf);
+                      int64_t ldc, int64_t m, int64_t n, int64_t k, T* pack_b_buf) {
+    if (rsa == 1) gemm_rect_a<T, true>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pack_b_buf);
+    else gemm_rect_a<T, false>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pack_b_buf);
 }
 
 static void rect_float(const float* a, int64_t rsa, int64_t csa, const float* b, int64_t rsb, int64_t csb,
-                       float* c, int64_t ldc, int64_t m, int64_t n, int64_t k, float* pa, float* pb) {
-    gemm_rect<float>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pa, pb);
+                       float* c, int64_t ldc, int64_t m, int64_t n, int64_t k, float* pb) {
+    gemm_rect<float>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb);
 }
 
 static void rect_double(const double* a, int64_t rsa, int64_t csa, const double* b, int64_t rsb, int64_t csb,
-                        double* c, int64_t ldc, int64_t m, int64_t n, int64_t k, double* pa, double* pb) {
-    gemm_rect<double>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pa, pb);
+                        double* c, int64_t ldc, int64_t m, int64_t n, int64_t k, double* pb) {
+    gemm_rect<double>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb);
 }
 
 static constexpr int kTileRowsFloat = Tile<float>::MR, kTileColsFloat = Tile<float>::NR;

@@ -42,8 +42,10 @@ def test_every_instruction_set_matches_numpy(dtype, trans_a, trans_b):
 @built
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_threads_give_the_same_bits(dtype):
-    """Threads own bands of whole tiles; every element is one chain of multiply-adds in k order."""
-    for trans_a, (m, n, k) in [(0, (700, 96, 130)), (1, (96, 260, 700)), (0, (37, 200, 64))]:
+    """Threads own bands of whole tiles; every element is one chain of multiply-adds in k order. A
+    128 x 128 weight gradient is cut by columns on 2 threads (4 tile columns split evenly, 11 tile rows
+    would not) and by rows on 3."""
+    for trans_a, (m, n, k) in [(0, (700, 96, 130)), (1, (96, 260, 700)), (0, (37, 200, 64)), (1, (128, 128, 300))]:
         a, b = _operands(m, n, k, trans_a, 0, dtype, seed=1)
         one = gemm_panel.matmul(a, b, threads=1)
         for threads in (2, 3):
