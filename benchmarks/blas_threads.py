@@ -8,7 +8,7 @@ OpenMP kernels around it run as in training) on one BLAS thread and on the progr
 products on every thread whatever the load), alternating for `--rounds` rounds of `--steps` steps:
 the fastest round (the cores free, or nearly) and the median round (the machine as it was) of each.
 `step` lines: tokens/s of whole steps under three rules, alternating blocks of 5 steps in one process:
-`fixed` (large products on every thread), `load_aware` (the default: they leave the cores other
+`fixed` (the default: large products on every thread), `load_aware` (they leave the cores other
 processes' runnable threads hold), `one_thread` (every product on one BLAS thread), with the count of
 large products the load-aware rule ran on fewer threads. On a machine others share the numbers move
 with their load: compare lines of one run only.
@@ -98,7 +98,7 @@ def step_lines(runner, batches, rounds):
             seconds[rule].append((time.perf_counter() - start) / len(batches))
             if rule == "load_aware":
                 fewer += blas_large_products()[1] - before
-    set_rule("load_aware")
+    set_rule("fixed")
     base = float(np.median(seconds["fixed"]))
     for rule in rules:
         median = float(np.median(seconds[rule]))

@@ -7,8 +7,8 @@ the same cblas_?gemm call numpy's matmul makes, so the numbers are numpy's); any
 runs `steps` steps in C: copy the step's inputs into the graph's input buffers, run every
 instruction, read the loss. A plan of only native kernels never enters Python during the loop.
 Inside a program each product gets its BLAS thread count from `blas_threads_for` (small products
-run on one thread, large ones leave the cores other processes hold); the count numpy had is
-restored when the program returns.
+run on one thread; large ones may leave the cores other processes hold, see set_blas_load_aware);
+the count numpy had is restored when the program returns.
 """
 import ctypes
 import glob
@@ -48,7 +48,7 @@ extern "C" void ms_set_blas_threads(void* setter, void* getter, double small_gem
    which counts the thread reading it) less one, read again at most every 5 ms. See
    blas_threads_for in native.py for why a product's thread count follows it. */
 static int g_cores = 0;                /* cores this process may run on */
-static int g_load_aware = 1;           /* 0: large products always take the program's thread count */
+static int g_load_aware = 0;           /* 0 (default): large products take the program's thread count */
 static double g_load_read = -1.0;
 static int g_busy_elsewhere = 0;
 static int64_t g_large_products[2] = {0, 0};  /* large products run on: all threads, fewer (load) */
@@ -357,7 +357,10 @@ SMALL_GEMM_WORK = float(1 << 23)
 # thread product the OpenMP kernels that follow were slower too (attention backward 14.8 -> 24.2 ms).
 # In a busier run every product was slower on two threads even in its fastest round, and whole steps
 # ran 2.08x faster load-aware than on the fixed count (2.16x on one thread throughout).
-# So: every core while the cores are free, one thread per free core when they are not. OpenBLAS
+# On a quiet box, though, the running count also sees this process's own BLAS and OpenMP workers
+# waking: whole W1 steps ran 0.65x the fixed rule (912 large products moved to one thread), so the
+# rule is off unless asked for (`set_blas_load_aware(True)`, for a machine shared with other jobs).
+# When on: every core while the cores are free, one thread per free core when they are not. OpenBLAS
 # splits rows and columns of C, never the sum, so the count does not change the numbers.
 
 
@@ -377,8 +380,9 @@ def blas_threads_for(m, n, k, batch=1, threads=None, busy_elsewhere=0, cores=Non
 
 
 def set_blas_load_aware(on):
-    """Whether a compiled step's large products leave the cores other processes hold (default True;
-    False gives them the program's BLAS thread count whatever the load, e.g. to time both)."""
+    """Whether a compiled step's large products leave the cores other processes hold (default False:
+    they take the program's BLAS thread count whatever the load; True suits a machine shared with
+    other jobs, see the note above SMALL_GEMM_WORK)."""
     library = runtime()
     if library is not None:
         library.ms_set_blas_load_aware(ctypes.c_int64(int(bool(on))))

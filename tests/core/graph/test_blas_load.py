@@ -58,6 +58,7 @@ def test_a_busy_machine_gets_one_blas_thread_and_the_rule_off_keeps_the_count(bu
     before = get_threads()
     try:
         set_threads(2)
+        set_blas_load_aware(True)
         counts = blas_large_products()
         program.run()
         assert seen[0] == 1 and blas_large_products()[1] == counts[1] + 1
@@ -66,6 +67,6 @@ def test_a_busy_machine_gets_one_blas_thread_and_the_rule_off_keeps_the_count(bu
         program.run()
         assert seen[0] == 2
     finally:
-        set_blas_load_aware(True)
+        set_blas_load_aware(False)
         set_threads(before)
     np.testing.assert_array_equal(out, one_thread)  # rows and columns split, never the sum

@@ -158,7 +158,7 @@ def test_small_products_run_on_one_blas_thread_and_numpys_count_comes_back(entry
             _gemm_kernel(*large, outs[1]), _thread_probe(addresses[1], in_c, 1)]
     assert blas_threads_for(32, 128, 784) == 1 and blas_threads_for(side, side, side, threads=3) == 3
     before = get_threads()
-    set_blas_load_aware(False)  # the size rule alone (the load rule has its own test)
+    set_blas_load_aware(False)  # the size rule alone (the default; the load rule has its own test)
     try:
         set_threads(entry_threads)
         NativeProgram(plan).run()
@@ -167,6 +167,5 @@ def test_small_products_run_on_one_blas_thread_and_numpys_count_comes_back(entry
         assert get_threads() == entry_threads
     finally:
         set_threads(before)
-        set_blas_load_aware(True)
     np.testing.assert_array_equal(outs[0], _numpy_on_policy_threads(lambda: small[0] @ small[1], 32, 128, 784))
     np.testing.assert_allclose(outs[1], large[0] @ large[1], rtol=1e-5, atol=1e-3)
