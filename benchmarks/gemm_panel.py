@@ -13,7 +13,6 @@ faster). A last line sums them over one ViT step (`per_step` times each).
 """
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -42,14 +41,7 @@ PRODUCTS = [("q/k/v/proj forward x @ W.T", ROWS, 128, 128, False, True, 16),
 
 def cpu_seconds(call, repeats, warmup=3):
     """Median thread CPU time of `call()` (the calling thread's own time: one thread only)."""
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(repeats):
-        start = time.thread_time()
-        call()
-        times.append(time.thread_time() - start)
-    return statistics.median(times)
+    return _common.median_seconds(call, repeats, warmup=warmup, clock=time.thread_time)
 
 
 def aligned(shape):

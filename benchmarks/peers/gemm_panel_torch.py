@@ -5,7 +5,6 @@ the command line ([[name, m, n, k, trans_a, trans_b], ...]) and the repeats, and
 per product: the median thread CPU time of one `out=` call on 1 thread and its median wall time on 2.
 """
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -17,14 +16,8 @@ from _common import median_seconds  # noqa: E402
 
 
 def cpu_seconds(call, repeats, warmup=3):
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(repeats):
-        start = time.thread_time()
-        call()
-        times.append(time.thread_time() - start)
-    return statistics.median(times)
+    """Median thread CPU time of `call()` (the calling thread's own time: one thread only)."""
+    return median_seconds(call, repeats, warmup=warmup, clock=time.thread_time)
 
 
 def main():
