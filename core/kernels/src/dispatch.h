@@ -32,6 +32,19 @@ inline int max_threads() {
 #endif
 }
 
+// The calling thread's block [lo, hi) of `units` shared evenly in order among the threads of the
+// parallel region it runs in (all of them outside one, or without OpenMP): a fixed partition, so
+// a kernel that sums within blocks gives the same bits for a given thread count every run.
+struct ThreadShare { int64_t lo, hi; };
+inline ThreadShare thread_share(int64_t units) {
+#ifdef _OPENMP
+    const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
+#else
+    const int64_t threads = 1, me = 0;
+#endif
+    return {units * me / threads, units * (me + 1) / threads};
+}
+
 inline bool is_float(const py::array& a, int bytes) {
     return a.dtype().kind() == 'f' && a.itemsize() == bytes;
 }

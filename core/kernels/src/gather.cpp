@@ -70,12 +70,8 @@ void scatter_add_kernel(const T* g, const I* index, T* out, const TakeShape& s, 
     }
 #pragma omp parallel if (parallel)
     {
-#ifdef _OPENMP
-        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-#else
-        const int64_t threads = 1, t = 0;
-#endif
-        const int64_t j0 = s.inner * t / threads, j1 = s.inner * (t + 1) / threads;
+        const ThreadShare share = thread_share(s.inner);
+        const int64_t j0 = share.lo, j1 = share.hi;
         for (int64_t o = 0; o < s.outer; ++o) {
             for (int64_t i = 0; i < s.count; ++i) {
                 const int64_t k = wrapped(index, i, s.axis_size);

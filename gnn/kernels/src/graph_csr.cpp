@@ -51,12 +51,8 @@ void spmm_t_rows(T* out, const I* indptr, const I* indices, const T* values, con
     const bool parallel = static_cast<int64_t>(indptr[rows]) * stride >= kGraphParallelGrain && stride >= 16;
 #pragma omp parallel if (parallel)
     {
-#ifdef _OPENMP
-        const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
-#else
-        const int64_t threads = 1, me = 0;
-#endif
-        const int64_t lo = stride * me / threads, hi = stride * (me + 1) / threads;
+        const ThreadShare share = thread_share(stride);
+        const int64_t lo = share.lo, hi = share.hi;
         for (int64_t r = 0; r < rows; ++r) {
             const T* src = dense + r * stride;
             for (int64_t k = indptr[r]; k < static_cast<int64_t>(indptr[r + 1]); ++k) {
@@ -307,12 +303,8 @@ __attribute__((target("avx,f16c"))) void spmm_t_rows_f16c(
     const bool parallel = nnz * stride >= kGraphParallelGrain && stride >= 16;
 #pragma omp parallel if (parallel)
     {
-#ifdef _OPENMP
-        const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
-#else
-        const int64_t threads = 1, me = 0;
-#endif
-        const int64_t lo = stride * me / threads, hi = stride * (me + 1) / threads;
+        const ThreadShare share = thread_share(stride);
+        const int64_t lo = share.lo, hi = share.hi;
         float *src = scratch(3, padded(stride)), *w = scratch(4, row_values);
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t begin = indptr[r], end = indptr[r + 1];
