@@ -11,7 +11,8 @@ from functools import partial
 import numpy as np
 
 from . import build as _build
-from .codegen import KernelSource, collapse, operand_strides, reduction_source, reduction_tables
+from .codegen import KernelSource, collapse, operand_strides
+from .codegen_reduce import reduction_source, reduction_tables
 
 
 def _scalar_const(node):
