@@ -259,12 +259,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, bias=None, i
                              f"got shape {tuple(value_.shape)}")
     query_shape, key_len = _logical(tuple(query.shape), input_layout), _logical(tuple(key.shape), input_layout)[2]
     scale = 1.0 / math.sqrt(query_shape[3]) if scale is None else float(scale)
-    total = None if bias is None else _tensor_bias(bias, query_shape, key_len)
-    if attn_mask is not None:
-        mask = _mask_bias(attn_mask, query_shape, key_len, _float_dtype(query))
-        if total is None:
-            total = mask
-        else:
-            from .math import add
-            total = add(total, mask)
+    total = additive_bias(bias, attn_mask, query_shape, key_len, _float_dtype(query))
     return attention(query, key, value, total, scale=scale, causal=bool(is_causal), layout=input_layout)
+
+
+def additive_bias(bias, attn_mask, query_shape, key_len, dtype):
+    """The one additive score bias of a tensor `bias` and a boolean or additive `attn_mask` (either
+    may be None) for scores of `query_shape` (B, H, T, D) against `key_len` keys; None for neither."""
+    total = None if bias is None else _tensor_bias(bias, query_shape, key_len)
+    if attn_mask is None:
+        return total
+    mask = _mask_bias(attn_mask, query_shape, key_len, dtype)
+    if total is None:
+        return mask
+    from .math import add
+    return add(total, mask)

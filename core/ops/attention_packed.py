@@ -18,8 +18,7 @@ import numpy as np
 from .. import autograd as _autograd
 from ..errors import ShapeError
 from ..kernels import attention as _ka
-from .attention import (_attention_grad_ops, _compute, _mask_bias, _native_call, _ready, _tensor_bias,
-                        _float_dtype)
+from .attention import _attention_grad_ops, _compute, _float_dtype, _native_call, _ready, additive_bias
 from .primitive import defop
 
 __all__ = ["attention_qkvpacked", "attention_qkvpacked_grad", "scaled_dot_product_attention_qkvpacked"]
@@ -155,12 +154,5 @@ def scaled_dot_product_attention_qkvpacked(qkv, attn_mask=None, bias=None, is_ca
     batch, length, _, heads, width = shape
     query_shape = (batch, heads, length, width)
     scale = 1.0 / math.sqrt(width) if scale is None else float(scale)
-    total = None if bias is None else _tensor_bias(bias, query_shape, length)
-    if attn_mask is not None:
-        mask = _mask_bias(attn_mask, query_shape, length, _float_dtype(qkv))
-        if total is None:
-            total = mask
-        else:
-            from .math import add
-            total = add(total, mask)
+    total = additive_bias(bias, attn_mask, query_shape, length, _float_dtype(qkv))
     return attention_qkvpacked(qkv, total, scale=scale, causal=bool(is_causal))
