@@ -25,6 +25,7 @@ from _common import REPO, emit, record, run_peer  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
+import mstrain  # noqa: E402,F401  (first: its BLAS thread settings must be set before numpy loads OpenBLAS)
 import numpy as np  # noqa: E402
 
 from mstrain.reinforcement.mcts import MCTS, play_vs_minimax  # noqa: E402

@@ -20,6 +20,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import mstrain  # noqa: F401  (first: its BLAS thread settings must be set before numpy loads OpenBLAS)
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

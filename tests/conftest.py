@@ -2,6 +2,8 @@
 room's own tests)."""
 import pathlib
 
+import mstrain  # noqa: F401  (before numpy, as users should: its BLAS thread settings reach OpenBLAS)
+
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -31,3 +31,22 @@ def test_mpi_ranks_split_the_cores(ranks):
 def test_user_settings_win():
     assert _probe(PMI_SIZE="2", OMP_NUM_THREADS="3", OMP_WAIT_POLICY="ACTIVE",
                   OPENBLAS_THREAD_TIMEOUT="10") == ["None", "ACTIVE", "10"]
+
+
+def _import_warnings(code, **env_overrides):
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_NUM_THREADS")}
+    env.update(env_overrides)
+    out = subprocess.run([sys.executable, "-W", "always::RuntimeWarning", "-c", code], env=env,
+                         capture_output=True, text=True, check=True)
+    return out.stderr
+
+
+def test_importing_numpy_first_warns_once_naming_the_settings_that_missed_openblas():
+    err = _import_warnings("import numpy; import mstrain")
+    assert err.count("imported after numpy") == 1 and "OPENBLAS_THREAD_TIMEOUT=4" in err
+
+
+@pytest.mark.parametrize("code, env", [("import mstrain, numpy", {}),
+                                       ("import numpy; import mstrain", {"OPENBLAS_THREAD_TIMEOUT": "4"})])
+def test_no_warning_when_the_settings_reach_openblas(code, env):
+    assert "imported after numpy" not in _import_warnings(code, **env)
