@@ -26,6 +26,7 @@ _RUNTIME = f"#define MS_PARALLEL_MIN {_PARALLEL_MIN}\n#define MS_SUM_COLUMN_BLOC
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <dirent.h>
 #include <sched.h>
 typedef void (*kernel_t)(void**, const int64_t*);
 struct Instr { kernel_t fn; void** p; const int64_t* n; };
@@ -44,14 +45,34 @@ extern "C" void ms_set_blas_threads(void* setter, void* getter, double small_gem
   g_small_gemm_work = small_gemm_work;
 }
 
-/* Runnable threads of other processes: /proc/loadavg's running count (its fourth field's numerator,
-   which counts the thread reading it) less one, read again at most every 5 ms. See
-   blas_threads_for in native.py for why a product's thread count follows it. */
+/* Runnable threads of other processes: /proc/loadavg's running count (its fourth field's numerator)
+   less this process's own runnable threads (state R in /proc/self/task/<tid>/stat: the reading thread
+   and any BLAS or OpenMP worker still awake, which the system count sees too), read again at most
+   every 5 ms. See blas_threads_for in native.py for why a product's thread count follows it. */
 static int g_cores = 0;                /* cores this process may run on */
 static int g_load_aware = 0;           /* 0 (default): large products take the program's thread count */
 static double g_load_read = -1.0;
 static int g_busy_elsewhere = 0;
 static int64_t g_large_products[2] = {0, 0};  /* large products run on: all threads, fewer (load) */
+
+static int own_runnable_threads() {
+  DIR* tasks = opendir("/proc/self/task");
+  if (!tasks) return 1;
+  int running = 0;
+  char path[64], line[512];
+  while (const dirent* entry = readdir(tasks)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    std::snprintf(path, sizeof(path), "/proc/self/task/%s/stat", entry->d_name);
+    FILE* f = std::fopen(path, "r");
+    if (!f) continue;
+    const bool read = std::fgets(line, sizeof(line), f) != nullptr;
+    std::fclose(f);
+    const char* name_end = read ? std::strrchr(line, ')') : nullptr;  /* the name may hold spaces and ')' */
+    if (name_end && name_end[1] == ' ' && name_end[2] == 'R') ++running;
+  }
+  closedir(tasks);
+  return std::max(1, running);
+}
 
 static int busy_elsewhere() {
   timespec t;
@@ -64,7 +85,7 @@ static int busy_elsewhere() {
   int running = 0, total = 0;
   const bool read = f && std::fscanf(f, "%lf %lf %lf %d/%d", &one, &five, &fifteen, &running, &total) == 5;
   if (f) std::fclose(f);
-  g_busy_elsewhere = read ? std::max(0, running - 1) : 0;
+  g_busy_elsewhere = read ? std::max(0, running - own_runnable_threads()) : 0;
   return g_busy_elsewhere;
 }
 
