@@ -1,0 +1,132 @@
+"""The GPT recipe of W1 against PyTorch: nanoGPT's model (pre-LN, fused q/k/v Linear, GELU MLP, tied
+output, the 65 real characters only) started from our initial weights and trained by torch's AdamW
+on the nanoGPT decay groups gives the same losses and weights as our GPT trained by Model, step by
+step and in one loop-sunk call. Differences between the two frameworks' runs of the benchmark
+therefore come from the initial draw and batches, not from the model or the optimizer."""
+import numpy as np
+import pytest
+
+import mstrain as ms
+from mstrain import Model, nn
+from mstrain import dataset as ds
+from mstrain.train.callback import Callback
+from mstrain.transformer import GPT, GPTConfig, GPTLoss
+from mstrain.transformer.jobs import decay_groups
+
+from ..torch_support import import_torch
+
+VOCAB, LAYERS, HEADS, WIDTH, BLOCK, BATCH, STEPS = 65, 2, 4, 64, 32, 4, 4
+OPTIMIZER = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+
+def torch_gpt(torch, net):
+    """nanoGPT's model holding `net`'s weights (the padded vocabulary rows left out)."""
+    F, tnn = torch.nn.functional, torch.nn
+
+    class Block(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.ln_2 = tnn.LayerNorm(WIDTH), tnn.LayerNorm(WIDTH)
+            self.qkv, self.proj = tnn.Linear(WIDTH, 3 * WIDTH), tnn.Linear(WIDTH, WIDTH)
+            self.fc, self.mlp_proj = tnn.Linear(WIDTH, 4 * WIDTH), tnn.Linear(4 * WIDTH, WIDTH)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            heads = lambda v: v.view(b, t, HEADS, c // HEADS).transpose(1, 2)  # noqa: E731
+            q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
+            y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+            return x + self.mlp_proj(F.gelu(self.fc(self.ln_2(x))))
+
+    class Model_(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = tnn.Embedding(VOCAB, WIDTH), tnn.Embedding(BLOCK, WIDTH)
+            self.blocks = tnn.ModuleList(Block() for _ in range(LAYERS))
+            self.ln_f = tnn.LayerNorm(WIDTH)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+            for block in self.blocks:
+                x = block(x)
+            logits = self.ln_f(x) @ self.wte.weight.T
+            return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+
+    ours = {p.name: p.asnumpy() for p in net.trainable_params()}
+    state = {"wte.weight": ours["embedding.embedding_table"][:VOCAB],
+             "wpe.weight": ours["position_embedding.embedding_table"],
+             "ln_f.weight": ours["final_norm.gamma"], "ln_f.bias": ours["final_norm.beta"]}
+    for i in range(LAYERS):
+        b = f"blocks.{i}."
+        for kind in ("weight", "bias"):
+            state[b + "qkv." + kind] = np.concatenate([ours[f"{b}attention.{n}.{kind}"] for n in ("query", "key", "value")])
+            state[b + "proj." + kind] = ours[f"{b}attention.projection.{kind}"]
+            state[b + "fc." + kind] = ours[f"{b}mlp.mapping.{kind}"]
+            state[b + "mlp_proj." + kind] = ours[f"{b}mlp.projection.{kind}"]
+        for theirs, mine in (("ln_1", "attention_norm"), ("ln_2", "mlp_norm")):
+            state[f"{b}{theirs}.weight"], state[f"{b}{theirs}.bias"] = ours[f"{b}{mine}.gamma"], ours[f"{b}{mine}.beta"]
+    model = Model_()
+    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=True)
+    return model
+
+
+def batches():
+    """(inputs, labels) of STEPS batches: windows of a random id stream and their next ids."""
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, VOCAB, 20_000)
+    starts = rng.integers(0, len(ids) - BLOCK - 1, (STEPS, BATCH))
+    windows = ids[starts[..., None] + np.arange(BLOCK + 1)].astype(np.int32)
+    return windows[..., :-1], windows[..., 1:]
+
+
+def torch_losses(torch, net, inputs, labels):
+    model = torch_gpt(torch, net)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": OPTIMIZER["weight_decay"]},
+                             {"params": rest, "weight_decay": 0.0}],
+                            lr=OPTIMIZER["lr"], betas=OPTIMIZER["betas"], eps=OPTIMIZER["eps"])
+    losses = []
+    for x, y in zip(inputs, labels):
+        loss = model(torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return np.array(losses), model
+
+
+def our_losses(net, inputs, labels, sink):
+    opt = nn.AdamW(decay_groups(net, OPTIMIZER["weight_decay"]), learning_rate=OPTIMIZER["lr"],
+                   beta1=OPTIMIZER["betas"][0], beta2=OPTIMIZER["betas"][1], eps=OPTIMIZER["eps"])
+    model = Model(net, GPTLoss(net), opt)
+    data = ds.NumpySlicesDataset({"input_ids": inputs.reshape(-1, BLOCK), "labels": labels.reshape(-1, BLOCK)},
+                                 shuffle=False).batch(BATCH)
+    losses = []
+
+    class Record(Callback):
+        def on_train_step_end(self, run_context):
+            args = run_context.original_args()
+            losses.extend(float(np.asarray(o.asnumpy())) for o in (args.step_outputs or [args.net_outputs]))
+
+    model.train(1, data, callbacks=[Record()], dataset_sink_mode=sink, sink_size=STEPS if sink else -1)
+    return np.array(losses)
+
+
+@pytest.mark.parametrize("sink", [False, True], ids=["step_by_step", "loop_sink"])
+def test_gpt_and_adamw_train_as_pytorch_does(sink):
+    torch = import_torch()
+    torch.set_num_threads(1)
+    ms.set_seed(11)
+    net = GPT(GPTConfig(vocab_size=VOCAB, num_layers=LAYERS, num_heads=HEADS, hidden_size=WIDTH,
+                        seq_length=BLOCK, vocab_pad_multiple=8))
+    inputs, labels = batches()
+    theirs, model = torch_losses(torch, net, inputs, labels)
+    ours = our_losses(net, inputs, labels, sink)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-5)
+    assert theirs[-1] < theirs[0]  # the weights moved: the comparison covers the updates
+    trained = {p.name: p.asnumpy() for p in net.trainable_params()}
+    np.testing.assert_allclose(trained["embedding.embedding_table"][:VOCAB], model.wte.weight.detach().numpy(),
+                               rtol=0, atol=2e-5)
+    np.testing.assert_allclose(trained["blocks.1.mlp.projection.weight"],
+                               model.blocks[1].mlp_proj.weight.detach().numpy(), rtol=0, atol=2e-5)
