@@ -95,10 +95,13 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
     // rounding reads in L1 (with the widened A and the B panel: a whole panel's output spilled to L2)
     const int64_t chunk = std::max<int64_t>(kRowTile, kL1Floats / 2 / c_width / kRowTile * kRowTile);
     const int64_t c_size = half_out ? (p.trans_b ? M : std::min(M, chunk)) * c_width : 0;
-    if (int64_t(scratch.size()) < a_size + b_size + c_size) scratch.resize(a_size + b_size + c_size);
-    float* a32 = scratch.data();
-    float* b32 = a32 + a_size;
-    float* c32 = b32 + b_size;
+    // each buffer starts on a cache line, as the planned arrays do: the tiles' unaligned loads from
+    // a buffer 16 bytes off a line split one in four (W6's forward product: 75 us instead of 53)
+    const int64_t a_span = (a_size + 15) / 16 * 16, b_span = (b_size + 15) / 16 * 16;
+    if (int64_t(scratch.size()) < a_span + b_span + c_size + 16) scratch.resize(a_span + b_span + c_size + 16);
+    float* a32 = scratch.data() + (16 - (reinterpret_cast<uintptr_t>(scratch.data()) % 64) / 4) % 16;
+    float* b32 = a32 + a_span;
+    float* c32 = b32 + b_span;
     const float* a = static_cast<const float*>(p.a);
     int64_t lda = p.lda;
     if (wide_a) {
