@@ -95,6 +95,49 @@ extern "C" void ms_float_to_half_checked(void** p, const int64_t* n) {
   *static_cast<float*>(p[2]) = bad ? ms_bits_float(0x7fc00000u) : 0.0f;
 }
 
+/* p = {float16 x (rows x cols), bias (cols: float16, or float32 read rounded), float out}; n = {rows,
+   cols, bias is float32}: out = x + bias in float16 arithmetic (each sum rounded to float16, as
+   numpy adds float16 arrays), widened to float32. The bias is repeated over a block of whole rows
+   once, so the sums and roundings run over the block as one flat vector loop however short a row. */
+extern "C" void ms_half_add_widen(void** p, const int64_t* n) {
+  const uint16_t* x = static_cast<const uint16_t*>(p[0]);
+  float* out = static_cast<float*>(p[2]);
+  const int64_t rows = n[0], cols = n[1];
+  constexpr int64_t kBlock = 4096;
+  float bias[kBlock];
+  uint16_t chunk[kBlock];
+  const int64_t per_block = cols > kBlock ? 1 : kBlock / cols;
+  const int64_t width = cols > kBlock ? kBlock : cols;
+  for (int64_t c0 = 0; c0 < cols; c0 += width) {
+    const int64_t w = cols - c0 < width ? cols - c0 : width;
+    if (n[2]) {
+      ms_f2h_n(static_cast<const float*>(p[1]) + c0, chunk, w);
+      ms_h2f_n(chunk, bias, w);
+    } else {
+      ms_h2f_n(static_cast<const uint16_t*>(p[1]) + c0, bias, w);
+    }
+    const int64_t count_rows = per_block < rows ? per_block : rows;
+    for (int64_t r = 1; r < count_rows; ++r) std::memcpy(bias + r * w, bias, w * sizeof(float));
+    for (int64_t r0 = 0; r0 < rows; r0 += per_block) {
+      const int64_t count = rows - r0 < per_block ? rows - r0 : per_block;
+      float* y = out + r0 * cols + c0;
+      if (w == cols) {
+        ms_h2f_n(x + r0 * cols, y, count * cols);
+        #pragma omp simd
+        for (int64_t k = 0; k < count * cols; ++k) y[k] += bias[k];
+        ms_f2h_n(y, chunk, count * cols);
+        ms_h2f_n(chunk, y, count * cols);
+      } else {
+        ms_h2f_n(x + r0 * cols + c0, y, w);
+        #pragma omp simd
+        for (int64_t k = 0; k < w; ++k) y[k] += bias[k];
+        ms_f2h_n(y, chunk, w);
+        ms_h2f_n(chunk, y, w);
+      }
+    }
+  }
+}
+
 /* p = {float source, float destination}; n = {count}: each value rounded to float16 precision
    (the float32 master weight as the float16 product reads it, without a float16 copy), through
    the CPU's conversions a chunk at a time: two instructions per vector, where ms_round_half's
@@ -115,9 +158,9 @@ extern "C" void ms_float_round_half(void** p, const int64_t* n) {
 
 def converters():
     """The C functions (compiled once): (half_to_float, float_to_half, half_sum_rows,
-    float_round_half, float_to_half_checked), or None without a compiler."""
+    float_round_half, float_to_half_checked, half_add_widen), or None without a compiler."""
     return _build.load_optional(_SOURCE, "ms_half_to_float", "ms_float_to_half", "ms_half_sum_rows",
-                                "ms_float_round_half", "ms_float_to_half_checked")
+                                "ms_float_round_half", "ms_float_to_half_checked", "ms_half_add_widen")
 
 
 def _as_half(array):
@@ -205,7 +248,7 @@ class HalfGemm:
             if params is None:
                 return None
             product = [self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params)]
-        half_to_float, float_to_half, _, round_half, checked = functions
+        half_to_float, float_to_half, _, round_half, checked = functions[:5]
         widen = lambda x: half_to_float if x.dtype == np.float16 else round_half  # noqa: E731
         steps = [self._call(widen(x), [x.ctypes.data, flat.ctypes.data], [flat.size])
                  for x, flat, exact in ((self.a, self.a_flat, self.exact[0]), (self.b, self.b_flat, self.exact[1]))
