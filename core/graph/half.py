@@ -146,8 +146,16 @@ extern "C" void ms_float_round_half(void** p, const int64_t* n) {
   const float* x = static_cast<const float*>(p[0]);
   float* y = static_cast<float*>(p[1]);
   const int64_t count = n[0];
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  /* the round trip in registers: no float16 chunk stored and loaded back (W6's batch, 25k values:
+     about 3.3 -> 2 us) */
+  for (; j + 16 <= count; j += 16)
+    _mm512_storeu_ps(y + j, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + j),
+                                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+#endif
   uint16_t chunk[512];
-  for (int64_t j = 0; j < count; j += 512) {
+  for (; j < count; j += 512) {
     const int64_t m = count - j < 512 ? count - j : 512;
     ms_f2h_n(x + j, chunk, m);
     ms_h2f_n(chunk, y + j, m);
