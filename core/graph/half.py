@@ -59,7 +59,20 @@ static inline uint32_t ms_half_any_bad(const uint16_t* y, int64_t n) {
   return bad;
 }
 
-static inline uint32_t ms_half_sum_rows_impl(const uint16_t* x, uint16_t* out, int64_t rows, int64_t cols) {
+/* y[0..n) = x's n values at float16 precision: float16 widened, float32 rounded (as a cast to float16
+   read back) */
+static inline void ms_widen_n(const uint16_t* x, float* y, int64_t n) { ms_h2f_n(x, y, n); }
+static inline void ms_widen_n(const float* x, float* y, int64_t n) {
+  uint16_t chunk[512];
+  for (int64_t j = 0; j < n; j += 512) {
+    const int64_t m = n - j < 512 ? n - j : 512;
+    ms_f2h_n(x + j, chunk, m);
+    ms_h2f_n(chunk, y + j, m);
+  }
+}
+
+template <typename T>
+static inline uint32_t ms_half_sum_rows_impl(const T* x, uint16_t* out, int64_t rows, int64_t cols) {
   constexpr int64_t kBlock = 4096;
   float block[kBlock], acc[kBlock];
   uint32_t bad = 0;
@@ -67,13 +80,13 @@ static inline uint32_t ms_half_sum_rows_impl(const uint16_t* x, uint16_t* out, i
     const int64_t width = cols - c0 < kBlock ? cols - c0 : kBlock;
     const int64_t per_block = kBlock / width;  /* whole rows of this column range per conversion */
     const bool whole_rows = width == cols;
-    ms_h2f_n(x + c0, acc, width);
+    ms_widen_n(x + c0, acc, width);
     for (int64_t i = 1; i < rows; i += per_block) {
       const int64_t count = rows - i < per_block ? rows - i : per_block;
       if (whole_rows) {
-        ms_h2f_n(x + i * cols, block, count * cols);
+        ms_widen_n(x + i * cols, block, count * cols);
       } else {
-        for (int64_t r = 0; r < count; ++r) ms_h2f_n(x + (i + r) * cols + c0, block + r * width, width);
+        for (int64_t r = 0; r < count; ++r) ms_widen_n(x + (i + r) * cols + c0, block + r * width, width);
       }
       for (int64_t r = 0; r < count; ++r) ms_add_round_half(acc, block + r * width, width);
     }
@@ -93,11 +106,13 @@ extern "C" void ms_half_sum_rows(void** p, const int64_t* n) {
   ms_half_sum_rows_impl(static_cast<const uint16_t*>(p[0]), static_cast<uint16_t*>(p[1]), n[0], n[1]);
 }
 
-/* p = {x, out, float flag}; n = {rows, cols}: ms_half_sum_rows, and the flag is 0 when every sum is
-   finite, nan otherwise (a loss-scaled step's overflow check of a bias gradient) */
+/* p = {x, out, float flag}; n = {rows, cols, x is float32}: ms_half_sum_rows (a float32 x read
+   rounded to float16), and the flag is 0 when every sum is finite, nan otherwise (a loss-scaled
+   step's overflow check of a bias gradient) */
 extern "C" void ms_half_sum_rows_checked(void** p, const int64_t* n) {
-  const uint32_t bad = ms_half_sum_rows_impl(static_cast<const uint16_t*>(p[0]), static_cast<uint16_t*>(p[1]),
-                                             n[0], n[1]);
+  uint16_t* out = static_cast<uint16_t*>(p[1]);
+  const uint32_t bad = n[2] ? ms_half_sum_rows_impl(static_cast<const float*>(p[0]), out, n[0], n[1])
+                            : ms_half_sum_rows_impl(static_cast<const uint16_t*>(p[0]), out, n[0], n[1]);
   *static_cast<float*>(p[2]) = bad ? ms_bits_float(0x7fc00000u) : 0.0f;
 }
 

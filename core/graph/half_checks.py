@@ -50,8 +50,9 @@ def _checked_kernel(node, ins, outs):
 @primitive.defop("half_sum_checked", differentiable=False, num_outputs=2)
 def half_sum_checked(x):
     """(the float16 sum of x's rows (axis 0, rounded row after row, as numpy sums float16), a float32
-    0-d flag: 0 if all its values are finite, else nan): a bias gradient and its overflow check."""
-    value = np.sum(np.asarray(x), axis=0)
+    0-d flag: 0 if all its values are finite, else nan): a bias gradient and its overflow check. A
+    float32 x is read rounded to float16."""
+    value = np.sum(np.asarray(x).astype(np.float16, copy=False), axis=0)
     return value, np.array(0.0 if np.isfinite(value).all() else np.nan, np.float32)
 
 
@@ -62,15 +63,24 @@ def _sum_checked_kernel(node, ins, outs):
     from .half import HalfGemm, converters
     x, (value, flag) = ins[0], outs
     functions = converters()
-    if functions is None or x.dtype != np.float16 or x.ndim != 2 or not x.flags.c_contiguous or \
+    if functions is None or x.dtype not in (np.float16, np.float32) or x.ndim != 2 or not x.flags.c_contiguous or \
             value.dtype != np.float16 or value.shape != x.shape[1:] or flag.dtype != np.float32 or flag.ndim != 0:
         return None
 
     def run():
         value[...], flag[...] = half_sum_checked(x)
     run.native = ("steps", [HalfGemm._call(functions[6], [x.ctypes.data, value.ctypes.data, flag.ctypes.data],
-                                           list(x.shape))])
+                                           [*x.shape, int(x.dtype == np.float32)])])
     return run
+
+
+def _rounded_source(node, users):
+    """The float32 value that `node` (a cast of it to float16, read by nothing else) rounds, which
+    the checked sum reads rounded itself; else `node`."""
+    if node.op == "call" and node.prim.name == "cast" and node.inputs[0].dtype == np.float32 and \
+            node.inputs[0].shape == node.shape and len(users.get(id(node), ())) == 1:
+        return node.inputs[0]
+    return node
 
 
 def _is_scalar_zero(node):
@@ -130,12 +140,12 @@ def fold_overflow_checks(graph):
     if not products:
         return graph
     builder, prim = Builder(), primitive.get("half_product_checked")
-    sum_prim = primitive.get("half_sum_checked")
+    sum_prim, users = primitive.get("half_sum_checked"), graph.users()
 
     def rule(node):
         if id(node) in products:  # (their inputs are never replaced: no product reads a checked one here)
             call = Node("call", node.inputs, prim, {"product": node.prim.name}) if node.prim.name in _PRODUCTS \
-                else Node("call", node.inputs, sum_prim, {})
+                else Node("call", (_rounded_source(node.inputs[0], users),), sum_prim, {})
             return [call, Node("project", (call,), value=0, shape=node.shape, dtype=node.dtype)]
         found = _overflow_check(node)
         if found is None or found[0].op != "project" or found[0].inputs[0].op != "call" or \
