@@ -30,6 +30,7 @@ def _kernel_passes():
     from .epilogue import fuse_gemm_epilogues
     from .fusion import expand_composites, fuse_kernels
     from .half import fold_operand_casts, recompute_widened_halves
+    from .half_bias import fold_bias_widen
     from .half_checks import fold_overflow_checks
     from .half_shadow import shadow_half_weights, share_widened_operands
     return [
@@ -43,6 +44,7 @@ def _kernel_passes():
         ("half_recompute", recompute_widened_halves),  # unscaled float16 gradients: in each reader's kernel
         ("half_shadows", shadow_half_weights),      # products read master weights rounded by their update
         ("half_checks", fold_overflow_checks),      # overflow checks: a flag the product sets as it rounds
+        ("half_bias", fold_bias_widen),             # a float16 bias add read as float32: one C pass
         ("dce", dead_code_elimination),             # the float16 casts and values nothing reads any more
         ("bn_relu", fuse_batch_norm_relu),          # BN -> (add ->) ReLU: one call writing the ReLU's output
         ("fuse", fuse_kernels),                     # elementwise / row-reduction groups -> one C++ kernel each

@@ -47,6 +47,42 @@ def _checked_kernel(node, ins, outs):
     return half_gemm(a, b, value, exact=[is_half_exact(i) for i in node.inputs], flag=flag)
 
 
+@primitive.defop("half_sum_checked", differentiable=False, num_outputs=2)
+def half_sum_checked(x):
+    """(the float16 sum of x's rows (axis 0, rounded row after row, as numpy sums float16), a float32
+    0-d flag: 0 if all its values are finite, else nan): a bias gradient and its overflow check. A
+    float32 x is read rounded to float16."""
+    value = np.sum(np.asarray(x).astype(np.float16, copy=False), axis=0)
+    return value, np.array(0.0 if np.isfinite(value).all() else np.nan, np.float32)
+
+
+@primitive.register_rule("host_kernel", "half_sum_checked")
+def _sum_checked_kernel(node, ins, outs):
+    """The sum in C (mstrain.graph.half's ms_half_sum_rows_checked) over a contiguous float16 matrix,
+    else None (the numpy impl runs)."""
+    from .half import HalfGemm, converters
+    x, (value, flag) = ins[0], outs
+    functions = converters()
+    if functions is None or x.dtype not in (np.float16, np.float32) or x.ndim != 2 or not x.flags.c_contiguous or \
+            value.dtype != np.float16 or value.shape != x.shape[1:] or flag.dtype != np.float32 or flag.ndim != 0:
+        return None
+
+    def run():
+        value[...], flag[...] = half_sum_checked(x)
+    run.native = ("steps", [HalfGemm._call(functions[6], [x.ctypes.data, value.ctypes.data, flag.ctypes.data],
+                                           [*x.shape, int(x.dtype == np.float32)])])
+    return run
+
+
+def _rounded_source(node, users):
+    """The float32 value that `node` (a cast of it to float16, read by nothing else) rounds, which
+    the checked sum reads rounded itself; else `node`."""
+    if node.op == "call" and node.prim.name == "cast" and node.inputs[0].dtype == np.float32 and \
+            node.inputs[0].shape == node.shape and len(users.get(id(node), ())) == 1:
+        return node.inputs[0]
+    return node
+
+
 def _is_scalar_zero(node):
     value = node.value if node.op == "const" else None
     return value is not None and np.ndim(value) == 0 and float(value) == 0.0
@@ -78,6 +114,13 @@ def _checkable(product):
         not product.attrs and product.size >= _CHECK_MIN_SIZE
 
 
+def _checkable_sum(node):
+    """A float16 sum of a matrix's rows (a bias gradient)."""
+    return node.op == "call" and node.prim.name == "sum" and node.dtype == np.float16 and \
+        node.inputs[0].dtype == np.float16 and node.inputs[0].shape is not None and \
+        len(node.inputs[0].shape) == 2 and node.attrs.get("axis") in (0, (0,)) and not node.attrs.get("keepdims")
+
+
 def _overflow_check(node):
     """The summed value and scale of `node` when it is the overflow check of one value, else None."""
     if node.op != "call" or node.prim.name != "isfinite" or node.inputs[0].shape != ():
@@ -91,20 +134,22 @@ def fold_overflow_checks(graph):
     products = set()
     for node in graph.nodes:
         found = _overflow_check(node)
-        if found is not None and _checkable(found[0]):
+        if found is not None and (_checkable(found[0]) or _checkable_sum(found[0])):
             products.add(id(found[0]))
     products -= {id(n) for n in graph.nodes if id(n) in products and any(id(i) in products for i in n.inputs)}
     if not products:
         return graph
     builder, prim = Builder(), primitive.get("half_product_checked")
+    sum_prim, users = primitive.get("half_sum_checked"), graph.users()
 
     def rule(node):
         if id(node) in products:  # (their inputs are never replaced: no product reads a checked one here)
-            call = Node("call", node.inputs, prim, {"product": node.prim.name})
+            call = Node("call", node.inputs, prim, {"product": node.prim.name}) if node.prim.name in _PRODUCTS \
+                else Node("call", (_rounded_source(node.inputs[0], users),), sum_prim, {})
             return [call, Node("project", (call,), value=0, shape=node.shape, dtype=node.dtype)]
         found = _overflow_check(node)
         if found is None or found[0].op != "project" or found[0].inputs[0].op != "call" or \
-                found[0].inputs[0].prim is not prim:
+                found[0].inputs[0].prim not in (prim, sum_prim):
             return None
         value, scale = found
         flag = Node("project", (value.inputs[0],), value=1, shape=(), dtype=np.dtype(np.float32))
@@ -114,4 +159,4 @@ def fold_overflow_checks(graph):
     return rewrite(graph, rule)
 
 
-__all__ = ["half_product_checked", "fold_overflow_checks"]
+__all__ = ["half_product_checked", "half_sum_checked", "fold_overflow_checks"]

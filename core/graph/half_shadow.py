@@ -105,6 +105,14 @@ def share_widened_operands(graph):
     """A value that several float16 products read as an operand (an activation: the next layer's
     forward product and the weight-gradient product; an input batch) is widened to float32 once, by
     a `half_widen` node the products read as an exact operand, instead of once in each product."""
+    while True:  # a value whose inputs one rewrite replaced is a new node there: the next finds it
+        shared = _share_widened_once(graph)
+        if shared is graph:
+            return graph
+        graph = shared
+
+
+def _share_widened_once(graph):
     readers = {}
     for product in _half_products(graph):
         for operand in product.inputs:

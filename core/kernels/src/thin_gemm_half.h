@@ -2,8 +2,8 @@
 // C = A @ B with float16 operands, or float32 operands read rounded to float16 (master weights, an
 // input batch), accumulated in float32 by thin_gemm.h's tiles and rounded to float16 once. The long
 // operand is widened a block at a time into a buffer that stays in L1 while the tiles read it and the
-// output is rounded a block at a time as it leaves them, so no widened copy of a weight or of the
-// product's float32 result passes through memory; an overflow flag (an inf or nan among the stored
+// output is rounded as it leaves them (the rows tiles round their registers as they store), so no
+// widened copy of a weight or of the product's float32 result passes through memory; an overflow flag (an inf or nan among the stored
 // float16 values) comes with the rounding. The results are those of widening the operands into
 // float32 arrays, thin_gemm's float32 product and one rounding: the same instructions on the same values.
 // Conversions: F16C (AVX2 machines) or AVX-512F, picked at run time with the tiles (`half_bits`).

@@ -64,11 +64,85 @@ inline uint32_t narrow_rows(const float* src, int64_t rows, int64_t cols, uint16
     return bad;
 }
 
+// rows (thin_gemm_tiles.h) with a float16 output: each tile's accumulators are rounded to float16 in
+// registers as they are stored (the overflow flag gathered on the way), instead of passing through a
+// float32 buffer that a second loop rounds. The multiply-adds are rows_tile's, in its order: the
+// same values, rounded once.
+template <int MR, int NV, bool Masked>
+inline void rows_tile_half(int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb,
+                           uint16_t* c, int64_t ldc, int cols, typename HalfOps::Bad& bad, uint32_t& tail_bad) {
+    typedef Ops<float> O;
+    typename O::V acc[MR][NV];
+    for (int i = 0; i < MR; ++i)
+        for (int v = 0; v < NV; ++v) acc[i][v] = O::zero();
+    for (int64_t k = 0; k < K; ++k) {
+        typename O::V bv[NV];
+        const float* bk = b + k * ldb;
+        for (int v = 0; v < NV; ++v)
+            bv[v] = Masked && v == NV - 1 ? O::load_first(bk + v * O::W, cols) : O::load(bk + v * O::W);
+        const float* ak = a + k * a_k;
+        for (int i = 0; i < MR; ++i) {
+            const typename O::V s = O::broadcast(ak[i * a_m]);
+            for (int v = 0; v < NV; ++v) acc[i][v] = O::fmadd(s, bv[v], acc[i][v]);
+        }
+    }
+    for (int i = 0; i < MR; ++i)
+        for (int v = 0; v < NV; ++v) {
+            uint16_t* out = c + i * ldc + v * O::W;
+            if (Masked && v == NV - 1) {  // the last `cols` columns: only those are stored and checked
+                float rest[O::W];
+                O::store(rest, acc[i][v]);
+                tail_bad |= narrow(rest, out, cols);
+            } else {
+                bad = HalfOps::store_half(out, acc[i][v], bad);
+            }
+        }
+}
+
+template <int MR, int NV, bool Masked>
+inline uint32_t rows_block_half(int64_t M, int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b,
+                                int64_t ldb, uint16_t* c, int64_t ldc, int cols) {
+    typename HalfOps::Bad bad = HalfOps::no_bad();
+    uint32_t tail_bad = 0;
+    int64_t m = 0;
+    for (; m + MR <= M; m += MR)
+        rows_tile_half<MR, NV, Masked>(K, a + m * a_m, a_m, a_k, b, ldb, c + m * ldc, ldc, cols, bad, tail_bad);
+    if constexpr (MR > 1) {
+        if (m < M) tail_bad |= rows_block_half<MR - 1, NV, Masked>(M - m, K, a + m * a_m, a_m, a_k, b, ldb,
+                                                                   c + m * ldc, ldc, cols);
+    }
+    return HalfOps::any(bad) | tail_bad;
+}
+
+template <int NV>
+inline uint32_t rows_rest_half(int64_t M, int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b,
+                               int64_t ldb, uint16_t* c, int64_t ldc, int64_t vectors) {
+    if constexpr (NV > 1) {
+        if (vectors < NV) return rows_rest_half<NV - 1>(M, K, a, a_m, a_k, b, ldb, c, ldc, vectors);
+    }
+    return rows_block_half<kRowTile, NV, false>(M, K, a, a_m, a_k, b, ldb, c, ldc, HalfOps::W);
+}
+
+// rows() of thin_gemm_tiles.h into a float16 C; returns nonzero when a stored value is inf or nan.
+inline uint32_t rows_half(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_m, int64_t a_k,
+                          const float* b, int64_t ldb, uint16_t* c, int64_t ldc) {
+    constexpr int W = HalfOps::W;
+    uint32_t bad = 0;
+    int64_t n = 0;
+    for (; n + kRowVectors * W <= N; n += kRowVectors * W)
+        bad |= rows_block_half<kRowTile, kRowVectors, false>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, W);
+    const int64_t vectors = (N - n) / W;
+    if (vectors > 0) bad |= rows_rest_half<kRowVectors - 1>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, vectors);
+    n += vectors * W;
+    if (n < N) bad |= rows_block_half<kRowTile, 1, true>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, int(N - n));
+    return bad;
+}
+
 // C (M x N, ldc) = A @ B as the float32 thin_gemm tiles compute it on the widened operands (the same
 // instructions in the same order: the same bits as widening both into float32 arrays, `gemm<float>`
 // and rounding its result), with no widened copy of the long operand: B is widened a block of rows
 // (dots) or a panel of columns (rows) at a time into a buffer that stays in L1 while the tiles read
-// it, and the output block is rounded to float16 as it leaves them. A float32 operand of kind kExact
+// it, and the output is rounded to float16 as it leaves the tiles. A float32 operand of kind kExact
 // is read as it is. Returns nonzero when a float16 output value is inf or nan.
 inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
     const int64_t M = p.M, N = p.N, K = p.K;
@@ -83,22 +157,21 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
     } else {
         const int64_t panel = kRowVectors * HalfOps::W;
         block = std::max<int64_t>(panel, b_budget / std::max<int64_t>(K, 1) / panel * panel);
-        if (half_out) block = panel;  // the output is rounded a few rows of one panel at a time
     }
     block = std::min(block, N);
     const int64_t a_size = wide_a ? a_rows * a_cols : 0, b_size = wide_b ? block * K : 0;
-    // the float32 output: a panel at a time (rows); whole for dots, whose blocks are a few columns
-    // wide (a narrow row of 6 values each would be rounded through the masked tail): M x N is then
-    // small, as a dot product's sum is long (suited_shape)
-    const int64_t c_width = p.trans_b ? N : block;
-    // rows: the float32 output of `chunk` rows of a panel at a time, which the tiles write and the
-    // rounding reads in L1 (with the widened A and the B panel: a whole panel's output spilled to L2)
-    const int64_t chunk = std::max<int64_t>(kRowTile, kL1Floats / 2 / c_width / kRowTile * kRowTile);
-    const int64_t c_size = half_out ? (p.trans_b ? M : std::min(M, chunk)) * c_width : 0;
-    if (int64_t(scratch.size()) < a_size + b_size + c_size) scratch.resize(a_size + b_size + c_size);
-    float* a32 = scratch.data();
-    float* b32 = a32 + a_size;
-    float* c32 = b32 + b_size;
+    // a float16 output: the rows tiles round their accumulators as they store them (rows_half); dots
+    // write the whole float32 C first, rounded at the end (their blocks are a few columns wide: a
+    // narrow row of 6 values each would be rounded through the masked tail), M x N being small as a
+    // dot product's sum is long (suited_shape)
+    const int64_t c_size = half_out && p.trans_b ? M * N : 0;
+    // each buffer starts on a cache line, as the planned arrays do: the tiles' unaligned loads from
+    // a buffer 16 bytes off a line split one in four (W6's forward product: 75 us instead of 53)
+    const int64_t a_span = (a_size + 15) / 16 * 16, b_span = (b_size + 15) / 16 * 16;
+    if (int64_t(scratch.size()) < a_span + b_span + c_size + 16) scratch.resize(a_span + b_span + c_size + 16);
+    float* a32 = scratch.data() + (16 - (reinterpret_cast<uintptr_t>(scratch.data()) % 64) / 4) % 16;
+    float* b32 = a32 + a_span;
+    float* c32 = b32 + b_span;
     const float* a = static_cast<const float*>(p.a);
     int64_t lda = p.lda;
     if (wide_a) {
@@ -124,17 +197,13 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
             }
             b = b32;
         }
-        const bool whole = p.trans_b;  // c32 holds all of C, else this panel
-        float* c = half_out ? c32 + (whole ? n0 : 0) : static_cast<float*>(p.c) + n0;
-        const int64_t ldc = half_out ? (whole ? N : width) : p.ldc;
-        if (p.trans_b) dots<float>(M, width, K, a, lda, b, ldb, c, ldc);
-        else if (!half_out) rows<float>(M, width, K, a, a_m, a_k, b, ldb, c, ldc);
-        else {
-            for (int64_t m0 = 0; m0 < M; m0 += chunk) {
-                const int64_t count = std::min(chunk, M - m0);
-                rows<float>(count, width, K, a + m0 * a_m, a_m, a_k, b, ldb, c32, ldc);
-                bad |= narrow_rows(c32, count, width, static_cast<uint16_t*>(p.c) + m0 * p.ldc + n0, p.ldc);
-            }
+        if (p.trans_b) {
+            if (half_out) dots<float>(M, width, K, a, lda, b, ldb, c32 + n0, N);
+            else dots<float>(M, width, K, a, lda, b, ldb, static_cast<float*>(p.c) + n0, p.ldc);
+        } else if (half_out) {
+            bad |= rows_half(M, width, K, a, a_m, a_k, b, ldb, static_cast<uint16_t*>(p.c) + n0, p.ldc);
+        } else {
+            rows<float>(M, width, K, a, a_m, a_k, b, ldb, static_cast<float*>(p.c) + n0, p.ldc);
         }
     }
     if (half_out && p.trans_b) bad |= narrow_rows(c32, M, N, static_cast<uint16_t*>(p.c), p.ldc);

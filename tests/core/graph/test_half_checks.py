@@ -123,3 +123,66 @@ def test_one_overflowing_large_gradient_skips_every_update(sink):
     assert state == {"loss_scale": 2.0 ** 11, "good_steps": 0, "step": 1}
     for name, value in before.items():  # weights, moments, global step: nothing written
         np.testing.assert_array_equal(after[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("rows, cols", [(32, 128), (5, 7), (3, 4100)])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_the_bias_gradient_sum_sets_the_flag(rows, cols, dtype):
+    from mstrain.graph.native import NativeProgram
+    from mstrain.ops.primitive import get
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((rows, cols)) * 900 * np.float32(1 + 2 ** -12)).astype(dtype)  # float32: rounded
+    for bad in (None, "sum", np.nan):
+        if bad == "sum":
+            x[:, -1] = 30000  # each finite, their sum beyond float16
+        elif bad is not None:
+            x[1, 0] = bad
+        with np.errstate(over="ignore"):
+            want = np.sum(x.astype(np.float16), axis=0)
+        value, flag = np.zeros(cols, np.float16), np.array(7.0, np.float32)
+        node = half_checks.Node("call", (), get("half_sum_checked"), {})
+        kernel = get("half_sum_checked").host_kernel(node, [x], [value, flag])
+        NativeProgram([kernel]).run()
+        np.testing.assert_array_equal(value, want)
+        assert np.isnan(flag) == (bad is not None) and (flag == 0 or np.isnan(flag))
+
+
+def _bias_overflow_step(sink):
+    """One O2 step where only the output layer's bias gradient overflows float16: every row's scaled
+    loss gradient is finite (32765), their sum over the batch is not; tiny weights and inputs keep
+    the products finite."""
+    net = nn.SequentialCell([nn.Dense(12, 16), nn.ReLU(), nn.Dense(16, 4)])
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((8, 12)) * 1e-3).astype(np.float32)
+    net[2].weight.set_data((rng.standard_normal((4, 16)) * 1e-4).astype(np.float32))
+    net[0].bias.set_data(np.zeros(16, np.float32))
+    net[2].bias.set_data(np.array([20.0, 0, 0, 0], np.float32))
+    scaled = np.float16(2.0 ** 18 / 8 * (1 - np.exp(-20.0)))  # class 0's loss gradient, every row
+    h = np.maximum(x @ net[0].weight.asnumpy().T, 0)
+    assert np.isfinite(scaled) and not np.isfinite(np.float16(8 * float(scaled)))
+    assert 8 * float(scaled) * float(h.max()) < 6e4  # the weight gradient stays finite
+    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2",
+                     loss_scale_manager=ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 18))
+    step = model.train_network
+    step.set_train(True)
+    y = np.ones(8, np.int32)
+    before = {p.name: p.asnumpy().copy() for p in step.get_parameters()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        if sink:
+            runner = GraphSinkRunner(step)
+            runner.run([(x, y)])
+            assert runner.compiled_calls()[0].graph.count(prim="half_sum_checked") == 2
+        else:
+            step(ms.Tensor(x), ms.Tensor(y))
+    return before, {p.name: p.asnumpy().copy() for p in step.get_parameters()}, step.scale_sense.get_state()
+
+
+@pytest.mark.parametrize("sink", [False, True])
+def test_an_overflowing_bias_gradient_skips_every_update(sink):
+    before, after, state = _bias_overflow_step(sink)
+    assert state == {"loss_scale": 2.0 ** 17, "good_steps": 0, "step": 1}
+    for name, value in before.items():  # weights, moments, global step: nothing written
+        np.testing.assert_array_equal(after[name], value, err_msg=name)

@@ -173,3 +173,43 @@ def test_an_operand_several_products_read_is_widened_once(monkeypatch):
     for a, b, c in zip(got, unshared, want):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, c)
+
+
+def test_an_activation_of_a_widened_operand_is_widened_once_too(monkeypatch):
+    """h = relu(x @ W1) is read by two products, and so is x: widening x replaces h's inputs, and h
+    (a new node then) is still found and widened."""
+    from mstrain import ops
+    from mstrain.graph import Tracer, compile_graph, tracing
+    from mstrain.ops.math import numpy_matmul
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((32, 160)).astype(np.float32)
+    w1, w2 = (rng.standard_normal(s).astype(np.float16) for s in ((160, 128), (128, 10)))
+    g1, g2 = (rng.standard_normal(s).astype(np.float16) for s in ((32, 128), (32, 10)))
+
+    def step(x, w1, w2, g1, g2):
+        x16 = ops.cast(x, ms.float16)
+        h = ops.relu(ops.matmul(x16, w1))
+        return (ops.matmul(h, w2), ops.matmul(ops.transpose(h, (1, 0)), g2),
+                ops.matmul(ops.transpose(x16, (1, 0)), g1))
+
+    def compiled():
+        tracer = Tracer("step")
+        inputs = [tracer.add_input(ms.Tensor(a)) for a in (x, w1, w2, g1, g2)]
+        with tracing(tracer):
+            outs = step(*inputs)
+            graph = tracer.finish([tracer.output_node(o) for o in outs])
+        optimised, run = compile_graph(graph, fusion=True)
+        return optimised.count(prim="half_widen"), run.run([x, w1, w2, g1, g2])
+
+    widened, got = compiled()
+    assert widened == 2  # x and h
+    x16 = x.astype(np.float16)
+    h = np.maximum(numpy_matmul(x16, w1), 0)
+    want = [numpy_matmul(h, w2), numpy_matmul(h.T, g2), numpy_matmul(x16.T, g1)]
+    monkeypatch.setattr(half_shadow, "share_widened_operands", lambda graph: graph)
+    none, unshared = compiled()
+    assert none == 0
+    for a, b, c in zip(got, unshared, want):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, c)
