@@ -10,6 +10,10 @@ Quality: validation loss after the run over every non-overlapping 128-token wind
 MFU: model FLOPs per token (3 x forward: every matrix product, attention scores and context,
 tied logits) x tokens/s over the float32 GEMM peak of numpy measured in the same run (2048^3).
 `--peer` then runs ../shared/peers/gpt_char_torch.py with the same steps and prints the ratio line.
+`--same-init` (with --peer) runs the peer first through benchmarks/peers/gpt_char_torch_init.py, which
+saves its initial weights, and trains ours from them (`run_mode=finetune`): the val loss difference then
+measures the two implementations, not the two initial draws (from their own draws, seed to seed, each
+side's val loss after 300 steps moves by about 0.1).
 `--generation` instead times greedy decoding of 64 and 512 new tokens after an 8-token prompt with
 and without the KV cache (W1 width and depth, seq_length 1024 so no context restart): new tokens/s
 and ms per token (with the cache it stays about flat from 64 to 512; without, it grows with length).
@@ -53,10 +57,12 @@ def train_flops_per_token():
     return 3 * forward
 
 
-def run_ours(steps, sink_size, out_dir):
+def run_ours(steps, sink_size, out_dir, init_checkpoint=None):
     cmd = [sys.executable, "-m", "mstrain.cli", "--config", "gpt_char", f"train.steps={steps}",
            f"train.sink_size={sink_size}", f"train.eval_every={steps}", "train.dataset_sink_mode=true",
            f"train.output_dir={out_dir}"]
+    if init_checkpoint is not None:
+        cmd += ["run_mode=finetune", f"load_checkpoint={init_checkpoint}"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -88,13 +94,20 @@ def main():
     parser.add_argument("--sink-size", type=int, default=50)
     parser.add_argument("--peer", action="store_true")
     parser.add_argument("--generation", action="store_true")
+    parser.add_argument("--same-init", action="store_true",
+                        help="with --peer: train ours from the peer's initial weights")
     args = parser.parse_args()
+    if args.same_init and not args.peer:
+        parser.error("--same-init needs --peer (the initial weights come from the peer)")
     if args.generation:
         generation_lines()
         return
     peak = gemm_peak_flops()
     with tempfile.TemporaryDirectory() as out_dir:
-        history = run_ours(args.steps, args.sink_size, out_dir)
+        peer, init = None, None
+        if args.same_init:
+            peer, init = peer_with_init(args.steps, out_dir)
+        history = run_ours(args.steps, args.sink_size, out_dir, init)
     records = history["records"]
     steady = [r["tokens_per_s"] for r in records[1:]] or [records[0]["tokens_per_s"]]
     tokens_per_s = float(np.median(steady))
@@ -104,12 +117,23 @@ def main():
                   mfu=round(flops * tokens_per_s / peak, 4), numpy_gemm_peak_gflops=round(peak / 1e9, 2),
                   train_gflops_per_s=round(flops * tokens_per_s / 1e9, 2), steps=args.steps,
                   sink_size=args.sink_size, final_train_loss=round(history["step_loss"][-1], 6),
-                  first_sink_tokens_per_s=records[0]["tokens_per_s"])
+                  first_sink_tokens_per_s=records[0]["tokens_per_s"], same_init=args.same_init)
     emit(ours)
     if args.peer:
-        peer = run_peer("gpt_char_torch.py", ["--steps", str(args.steps)])[0]
+        peer = peer or run_peer("gpt_char_torch.py", ["--steps", str(args.steps)])[0]
         emit(ratio(ours, peer, val_loss_mstrain=ours["quality"], val_loss_peer=peer["quality"],
-                   val_loss_diff=round(ours["quality"] - peer["quality"], 4)))
+                   val_loss_diff=round(ours["quality"] - peer["quality"], 4), same_init=args.same_init))
+
+
+def peer_with_init(steps, out_dir):
+    """The peer's JSON line and a checkpoint of its initial weights (mstrain's names) in `out_dir`."""
+    import mstrain as ms
+    weights = Path(out_dir) / "peer_init.npz"
+    peer = run_peer(str(Path(__file__).resolve().parent / "peers" / "gpt_char_torch_init.py"),
+                    ["--steps", str(steps), "--init-out", str(weights), "--padded-vocab", str(PADDED_VOCAB)])[0]
+    with np.load(weights) as arrays:
+        checkpoint = ms.save_checkpoint({name: arrays[name] for name in arrays.files}, str(Path(out_dir) / "peer_init"))
+    return peer, checkpoint
 
 
 if __name__ == "__main__":
