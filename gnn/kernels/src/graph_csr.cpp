@@ -477,6 +477,68 @@ void sddmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, con
     narrow(out32, out, nnz * heads);
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx,f16c"))) inline __m256 load8_f16c(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The attention VJP on 8 heads (GAT's hidden layer) with a vector lane per head: each entry's alpha,
+// grad and source scores are widened as they are read, the row's scores and sums stay in registers
+// and grad_dst is rounded straight from them; only the entries' gradients (the serial scatter's
+// input) and grad_src's sums pass through float32 scratch. Per lane the float32 kernel's operations
+// in its order, so the same bits as widening every operand first.
+template <typename I>
+__attribute__((target("avx,f16c"))) void gat_attention_backward_heads8_f16c(
+        uint16_t* grad_src, uint16_t* grad_dst, const I* indptr, const I* indices, const uint16_t* alpha,
+        const uint16_t* grad, const uint16_t* src, const uint16_t* dst, int64_t rows, int64_t cols, float slope) {
+    constexpr int64_t heads = 8;
+    const int64_t nnz = indptr[rows];
+    float* entries = scratch(6, nnz * heads);
+    float* sums = scratch(4, cols * heads);
+    const bool parallel = nnz * heads * 8 >= kGraphParallelGrain;
+    const __m256 zero = _mm256_setzero_ps(), leak = _mm256_set1_ps(slope);
+#pragma omp parallel for if (parallel) schedule(dynamic, 64)
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t begin = indptr[r], end = indptr[r + 1];
+        __m256 dot = zero, total = zero;
+        for (int64_t k = begin; k < end; ++k)
+            dot = _mm256_add_ps(dot, _mm256_mul_ps(load8_f16c(alpha + k * heads), load8_f16c(grad + k * heads)));
+        const __m256 d = load8_f16c(dst + r * heads);
+        for (int64_t k = begin; k < end; ++k) {
+            const __m256 s = load8_f16c(src + static_cast<int64_t>(indices[k]) * heads);
+            const __m256 g = _mm256_mul_ps(load8_f16c(alpha + k * heads), _mm256_sub_ps(load8_f16c(grad + k * heads), dot));
+            const __m256 up = _mm256_cmp_ps(_mm256_add_ps(s, d), zero, _CMP_GT_OQ);
+            const __m256 out = _mm256_blendv_ps(_mm256_mul_ps(leak, g), g, up);
+            _mm256_storeu_ps(entries + k * heads, out);
+            total = _mm256_add_ps(total, out);
+        }
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(grad_dst + r * heads), _mm256_cvtps_ph(total, _MM_FROUND_TO_NEAREST_INT));
+    }
+    std::fill(sums, sums + cols * heads, 0.0f);
+    for (int64_t k = 0; k < nnz; ++k) {
+        float* out = sums + static_cast<int64_t>(indices[k]) * heads;
+        _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), _mm256_loadu_ps(entries + k * heads)));
+    }
+    narrow_f16c(sums, grad_src, cols * heads);
+}
+#endif
+
+// The attention VJP on float16 operands widened whole into float32 scratch (any head count).
+template <typename I>
+void backward_half_widened(uint16_t* gs, uint16_t* gd, const I* indptr, const I* indices, const uint16_t* a,
+                           const uint16_t* g, const uint16_t* s, const uint16_t* d, int64_t rows, int64_t cols,
+                           int64_t heads, int64_t nnz, float slope) {
+    const float* alpha32 = widened(a, nnz * heads, 0);
+    const float* grad32 = widened(g, nnz * heads, 1);
+    const float* src32 = widened(s, cols * heads, 2);
+    const float* dst32 = widened(d, rows * heads, 3);
+    float *gs32 = scratch(4, cols * heads), *gd32 = scratch(5, rows * heads);
+    gat_attention_backward_rows(gs32, gd32, scratch(6, nnz * heads), indptr, indices, alpha32, grad32, src32, dst32,
+                                rows, cols, heads, slope);
+    narrow(gs32, gs, cols * heads);
+    narrow(gd32, gd, rows * heads);
+}
+
 // The float16 entry of the kernels: every value array float16, indexes int32 or int64.
 template <typename Fn>
 auto with_half_index(std::initializer_list<Named> values, std::initializer_list<Named> indexes, Fn&& fn) {
@@ -718,16 +780,16 @@ py::tuple graph_gat_attention_backward(py::array indptr, py::array indices, py::
             const uint16_t *a = half_data(alpha), *g = half_data(grad), *s = half_data(src), *d = half_data(dst);
             {
                 py::gil_scoped_release release;
-                const float* alpha32 = widened(a, nnz * heads, 0);
-                const float* grad32 = widened(g, nnz * heads, 1);
-                const float* src32 = widened(s, cols * heads, 2);
-                const float* dst32 = widened(d, rows * heads, 3);
-                float *gs32 = scratch(4, cols * heads), *gd32 = scratch(5, rows * heads);
-                gat_attention_backward_rows(gs32, gd32, scratch(6, nnz * heads), data_as<I>(indptr),
-                                            data_as<I>(indices), alpha32, grad32, src32, dst32, rows, cols, heads,
-                                            static_cast<float>(slope));
-                narrow(gs32, gs, cols * heads);
-                narrow(gd32, gd, rows * heads);
+#if defined(__x86_64__) || defined(__i386__)
+                if (kHasF16c && heads == 8) {
+                    gat_attention_backward_heads8_f16c(gs, gd, data_as<I>(indptr), data_as<I>(indices), a, g, s, d,
+                                                       rows, cols, static_cast<float>(slope));
+                } else
+#endif
+                {
+                    backward_half_widened(gs, gd, data_as<I>(indptr), data_as<I>(indices), a, g, s, d, rows, cols,
+                                          heads, nnz, static_cast<float>(slope));
+                }
             }
             return py::make_tuple(grad_src, grad_dst);
         });
