@@ -395,10 +395,55 @@ void spmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, cons
     narrow(out32, out, rows * stride);
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// spmm_t on rows of V x 8 values whose heads are whole vectors: a source row is widened into
+// registers once and each entry adds its products to its target's float32 sums a vector at a time
+// (threads own disjoint vectors of every row, as spmm_t_rows_f16c's columns: the same order per element).
+template <int V, typename I>
+__attribute__((target("avx,f16c"))) void spmm_t_vectors_f16c(
+        uint16_t* out, const I* indptr, const I* indices, const uint16_t* values, const uint16_t* dense,
+        int64_t rows, int64_t cols, int64_t heads, int64_t width) {
+    const int64_t stride = V * 8, nnz = indptr[rows];
+    const uint16_t* values_end = values + nnz * heads;
+    float* out32 = scratch(2, cols * stride);  // the scatter's running sums, rounded once at the end
+    std::fill(out32, out32 + cols * stride, 0.0f);
+    const int64_t row_values = padded(longest_row(indptr, rows) * heads);
+    const bool parallel = nnz * stride >= kGraphParallelGrain;
+    int head_of[V];
+    for (int v = 0; v < V; ++v) head_of[v] = static_cast<int>(v * 8 / width);
+#pragma omp parallel if (parallel)
+    {
+        const ThreadShare share = thread_share(V);
+        const int lo = static_cast<int>(share.lo), hi = static_cast<int>(share.hi);
+        float* w = scratch(4, row_values);
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t begin = indptr[r], end = indptr[r + 1];
+            if (begin == end) continue;
+            widen_row_f16c(values + begin * heads, w, (end - begin) * heads, values_end);
+            __m256 src[V];
+            for (int v = lo; v < hi; ++v)
+                src[v] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dense + r * stride + v * 8)));
+            for (int64_t k = begin; k < end; ++k) {
+                float* dst = out32 + static_cast<int64_t>(indices[k]) * stride;
+                const float* a = w + (k - begin) * heads;
+                for (int v = lo; v < hi; ++v) {
+                    const __m256 sum = _mm256_add_ps(_mm256_loadu_ps(dst + v * 8),
+                                                     _mm256_mul_ps(_mm256_set1_ps(a[head_of[v]]), src[v]));
+                    _mm256_storeu_ps(dst + v * 8, sum);
+                }
+            }
+        }
+    }
+    narrow_f16c(out32, out, cols * stride);
+}
+#endif
+
 template <typename I>
 void spmm_t_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
                       const uint16_t* dense, int64_t rows, int64_t cols, int64_t heads, int64_t width) {
 #if defined(__x86_64__) || defined(__i386__)
+    if (kHasF16c && width % 8 == 0 && heads * width == 64)
+        return spmm_t_vectors_f16c<8>(out, indptr, indices, values, dense, rows, cols, heads, width);
     if (kHasF16c && heads * width >= kConvertAsUsedMin) return spmm_t_rows_f16c(out, indptr, indices, values, dense, rows, cols, heads, width);
 #endif
     const int64_t stride = heads * width;
