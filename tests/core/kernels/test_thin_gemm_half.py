@@ -15,7 +15,9 @@ pytestmark = pytest.mark.skipif(native is None, reason="thin_gemm extension not 
 # blocks of the widened operand, masked tails of the conversions and a masked last vector
 _CASES = [(32, 128, 784, False, True), (7, 45, 301, False, True), (33, 70, 17, False, True),
           (128, 784, 32, True, False), (61, 203, 9, True, False), (32, 400, 120, False, False),
-          (5, 13, 64, False, False), (130, 7, 3, False, False), (16, 1000, 40, True, False)]
+          (5, 13, 64, False, False), (130, 7, 3, False, False), (16, 1000, 40, True, False),
+          (600, 16, 40, False, False), (1300, 7, 64, False, False),  # A widened a chunk of rows at a time
+          (64, 16, 2708, True, False), (40, 7, 1500, True, False)]   # (transposed: of columns)
 _KINDS = {"half": thin_gemm.HALF, "round": thin_gemm.ROUND, "exact": thin_gemm.EXACT}
 
 
