@@ -95,18 +95,20 @@ static inline uint16_t ms_f2h(float value) {
   return static_cast<uint16_t>(h | (sign >> 16));
 }
 /* value rounded to float16 and back, in float arithmetic only (it vectorises into a few
-   instructions): adding c = 2^(e + 13), e the exponent of |value| (at least float16's -14), leaves
-   exactly float16's 11 significant bits, rounded to nearest even by the float addition itself;
-   subtracting c is exact. From 65520 on the result overflows to inf, as numpy's conversion does. */
+   instructions): adding c = 1.5 * 2^(e + 13), e the exponent of |value| (clamped to float16's -14 ..
+   15), leaves exactly float16's 11 significant bits, rounded to nearest even by the float addition
+   itself for either sign (value + c stays in c's binade, and c is an even number of float16 ulps);
+   subtracting c is exact. The sign goes back on (a zero keeps it), and from 65520 on the result
+   overflows to inf, as numpy's conversion does; a nan passes through the additions quieted. Checked
+   against the previous bit formulation on all 2^32 floats (same bits, about 12 operations instead of 16). */
 static inline float ms_round_half(float value) {
   const uint32_t u = ms_float_bits(value);
   const uint32_t sign = u & 0x80000000u;
-  const uint32_t a = u ^ sign;
-  const uint32_t e = (a & 0x7f800000u) < 0x38800000u ? 0x38800000u : (a & 0x7f800000u);
-  const float c = ms_bits_float(e < 0x47800000u ? e + (13u << 23) : 0x47800000u);
-  const uint32_t r = ms_float_bits((ms_bits_float(a) + c) - c);
-  const uint32_t big = a > 0x7f800000u ? (a | 0x00400000u) : 0x7f800000u;  /* quiet nan, or inf */
-  return ms_bits_float((a >= 0x477ff000u ? big : r) | sign);
+  const uint32_t e0 = u & 0x7f800000u;
+  const uint32_t e = e0 < 0x38800000u ? 0x38800000u : (e0 > 0x47000000u ? 0x47000000u : e0);
+  const float c = ms_bits_float(e + ((13u << 23) | 0x00400000u));
+  const uint32_t r = ms_float_bits((value + c) - c) | sign;
+  return ms_bits_float(ms_bits_float(r & 0x7fffffffu) >= 65536.0f ? (sign | 0x7f800000u) : r);  /* nan: false */
 }
 """
 # Whole runs of conversions (contiguous float16 loads and stores of generated kernels, the float16

@@ -375,6 +375,9 @@ def numpy_matmul(x, y):
     a short side runs on mstrain.kernels.thin_gemm (as in a compiled step); other small products run
     on one BLAS thread, as in a compiled step (`_blas_thread_policy`)."""
     if x.dtype == np.float16 and y.dtype == np.float16:
+        half = _half_thin_matmul(x, y)  # the compiled product's float16 kernel, when it takes the shape
+        if half is not None:
+            return half
         from ..kernels.half import astype  # the float32 product the compiled float16 product computes
         return astype(numpy_matmul(astype(x, np.float32), astype(y, np.float32)), np.float16)
     if x.dtype.kind not in "fc" or y.dtype.kind not in "fc" or x.ndim == 0 or y.ndim == 0:
@@ -387,6 +390,20 @@ def numpy_matmul(x, y):
             if params is not None:
                 return thin_gemm.matmul_into(x, y, out, params)
     return _blas_matmul(x, y)
+
+
+def _half_thin_matmul(x, y):
+    """x @ y of 2-D float16 arrays on thin_gemm's float16 kernel when its policy takes the shape (as
+    a compiled step's product does: the same bits), else None."""
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
+        return None
+    thin_gemm = _thin_gemm()
+    out = np.empty((x.shape[0], y.shape[1]), np.float16)
+    params = thin_gemm.half_product_params(x, y, out)
+    if params is None:
+        return None
+    thin_gemm.half_matmul_into(x, y, out, params)
+    return out
 
 
 _THIN = []

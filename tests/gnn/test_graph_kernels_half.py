@@ -50,7 +50,10 @@ def _loop_spmm(indptr, indices, values, dense, transposed, cols):
 # (rows, cols, heads, width, nnz): one-element rows (scalar conversions), 8-wide chunks with an odd
 # tail, and graphs large enough for the kernels' OpenMP split: with many entries per source row (spmm
 # widens whole arrays) and with few (spmm converts rows as it reads them).
-SHAPES = [(6, 5, 1, 1, 17), (9, 7, 2, 11, 40), (2000, 1500, 4, 16, 40000), (3000, 3000, 8, 16, 20000)]
+# Heads of 8 features (GAT's 8 x 8: sddmm's transposed heads, spmm's sums in registers) and one head of
+# 64 (the first layer's sparse features times the weight), with an OpenMP split and without.
+SHAPES = [(6, 5, 1, 1, 17), (9, 7, 2, 11, 40), (2000, 1500, 4, 16, 40000), (3000, 3000, 8, 16, 20000),
+          (300, 250, 8, 8, 1500), (3000, 2700, 8, 8, 40000), (200, 150, 1, 64, 6000), (40, 30, 3, 8, 120)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -159,7 +159,18 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
         block = std::max<int64_t>(panel, b_budget / std::max<int64_t>(K, 1) / panel * panel);
     }
     block = std::min(block, N);
-    const int64_t a_size = wide_a ? a_rows * a_cols : 0, b_size = wide_b ? block * K : 0;
+    const int64_t c_width = p.trans_b ? N : block;
+    const int64_t chunk = std::max<int64_t>(kRowTile, kL1Floats / 2 / c_width / kRowTile * kRowTile);
+    // rows of one panel (N <= block): the part of A that each chunk of output rows reads is widened as
+    // the chunk starts (its rows; of a transposed A, its columns, 16 or more at a time in about 256 KB),
+    // so a long A (2708 x 64) never passes through memory as a float32 copy (in a training step the copy
+    // cost more than the product: it evicts the operands of the next kernels). Chunks only change
+    // which rows a row tile covers: every output is the same sum in the same order.
+    const bool chunked_a = wide_a && half_out && !p.trans_b && N <= block;
+    const int64_t step = chunked_a && p.trans_a
+        ? std::min(chunk, std::max<int64_t>(16, (int64_t(1) << 16) / std::max<int64_t>(K, 1) / 16 * 16)) : chunk;
+    const int64_t a_size = wide_a ? (chunked_a ? std::min(M, step) * K : a_rows * a_cols) : 0;
+    const int64_t b_size = wide_b ? block * K : 0;
     // a float16 output: the rows tiles round their accumulators as they store them (rows_half); dots
     // write the whole float32 C first, rounded at the end (their blocks are a few columns wide: a
     // narrow row of 6 values each would be rounded through the masked tail), M x N being small as a
@@ -175,10 +186,11 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
     const float* a = static_cast<const float*>(p.a);
     int64_t lda = p.lda;
     if (wide_a) {
-        widen_rows(p.a, p.a_kind, a_rows, a_cols, p.lda, a32);
+        if (!chunked_a) widen_rows(p.a, p.a_kind, a_rows, a_cols, p.lda, a32);
         a = a32;
         lda = a_cols;
     }
+    const int64_t a_bytes = p.a_kind == kHalf ? 2 : 4;
     const int64_t a_m = p.trans_a ? 1 : lda, a_k = p.trans_a ? lda : 1;
     const int64_t b_bytes = p.b_kind == kHalf ? 2 : 4;
     uint32_t bad = 0;
@@ -200,10 +212,24 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
         if (p.trans_b) {
             if (half_out) dots<float>(M, width, K, a, lda, b, ldb, c32 + n0, N);
             else dots<float>(M, width, K, a, lda, b, ldb, static_cast<float*>(p.c) + n0, p.ldc);
-        } else if (half_out) {
+        } else if (!half_out) {
+            rows<float>(M, width, K, a, a_m, a_k, b, ldb, static_cast<float*>(p.c) + n0, p.ldc);
+        } else if (!chunked_a) {
             bad |= rows_half(M, width, K, a, a_m, a_k, b, ldb, static_cast<uint16_t*>(p.c) + n0, p.ldc);
         } else {
-            rows<float>(M, width, K, a, a_m, a_k, b, ldb, static_cast<float*>(p.c) + n0, p.ldc);
+            for (int64_t m0 = 0; m0 < M; m0 += step) {
+                const int64_t count = std::min(step, M - m0);
+                int64_t chunk_m = a_m, chunk_k = a_k;
+                if (!p.trans_a) {  // this chunk's rows of A (lda = K, as the whole copy's)
+                    widen_rows(static_cast<const char*>(p.a) + m0 * p.lda * a_bytes, p.a_kind, count, K, p.lda, a32);
+                } else {  // this chunk's columns of the stored K x M matrix: K rows of count
+                    widen_rows(static_cast<const char*>(p.a) + m0 * a_bytes, p.a_kind, K, count, p.lda, a32);
+                    chunk_m = 1;
+                    chunk_k = count;
+                }
+                bad |= rows_half(count, width, K, a32, chunk_m, chunk_k, b, ldb,
+                                 static_cast<uint16_t*>(p.c) + m0 * p.ldc + n0, p.ldc);
+            }
         }
     }
     if (half_out && p.trans_b) bad |= narrow_rows(c32, M, N, static_cast<uint16_t*>(p.c), p.ldc);

@@ -326,10 +326,13 @@ __attribute__((target("avx,f16c"))) void spmm_t_rows_f16c(
 }
 #endif
 
+#include "graph_csr_vectors.h"
+
 template <typename I>
 void spmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
                           const uint16_t* dense, int64_t rows, int64_t sources, int64_t heads, int64_t width) {
 #if defined(__x86_64__) || defined(__i386__)
+    if (spmm_vectors(out, indptr, indices, values, dense, rows, heads, width)) return;
     if (kHasF16c && heads * width >= kConvertAsUsedMin &&
         static_cast<int64_t>(indptr[rows]) <= kConvertAsUsedReuse * sources)
         return spmm_heads_rows_f16c(out, indptr, indices, values, dense, rows, sources, heads, width);
@@ -346,6 +349,8 @@ template <typename I>
 void spmm_t_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* values,
                       const uint16_t* dense, int64_t rows, int64_t cols, int64_t heads, int64_t width) {
 #if defined(__x86_64__) || defined(__i386__)
+    if (kHasF16c && width % 8 == 0 && heads * width == 64)
+        return spmm_t_vectors_f16c<8>(out, indptr, indices, values, dense, rows, cols, heads, width);
     if (kHasF16c && heads * width >= kConvertAsUsedMin) return spmm_t_rows_f16c(out, indptr, indices, values, dense, rows, cols, heads, width);
 #endif
     const int64_t stride = heads * width;
@@ -359,12 +364,32 @@ void spmm_t_rows_half(uint16_t* out, const I* indptr, const I* indices, const ui
 template <typename I>
 void sddmm_heads_rows_half(uint16_t* out, const I* indptr, const I* indices, const uint16_t* a, const uint16_t* b,
                            int64_t rows, int64_t sources, int64_t heads, int64_t width) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (kHasF16c && width == 8 && heads % 8 == 0)
+        return sddmm_heads8_f16c(out, indptr, indices, a, b, rows, heads);
+#endif
     const int64_t stride = heads * width, nnz = indptr[rows];
     const float* a32 = widened(a, rows * stride, 0);
     const float* b32 = widened(b, sources * stride, 1);
     float* out32 = scratch(2, nnz * heads);
     sddmm_heads_rows(out32, indptr, indices, a32, b32, rows, heads, width);
     narrow(out32, out, nnz * heads);
+}
+
+// The attention VJP on float16 operands widened whole into float32 scratch (any head count).
+template <typename I>
+void backward_half_widened(uint16_t* gs, uint16_t* gd, const I* indptr, const I* indices, const uint16_t* a,
+                           const uint16_t* g, const uint16_t* s, const uint16_t* d, int64_t rows, int64_t cols,
+                           int64_t heads, int64_t nnz, float slope) {
+    const float* alpha32 = widened(a, nnz * heads, 0);
+    const float* grad32 = widened(g, nnz * heads, 1);
+    const float* src32 = widened(s, cols * heads, 2);
+    const float* dst32 = widened(d, rows * heads, 3);
+    float *gs32 = scratch(4, cols * heads), *gd32 = scratch(5, rows * heads);
+    gat_attention_backward_rows(gs32, gd32, scratch(6, nnz * heads), indptr, indices, alpha32, grad32, src32, dst32,
+                                rows, cols, heads, slope);
+    narrow(gs32, gs, cols * heads);
+    narrow(gd32, gd, rows * heads);
 }
 
 // The float16 entry of the kernels: every value array float16, indexes int32 or int64.
@@ -608,16 +633,16 @@ py::tuple graph_gat_attention_backward(py::array indptr, py::array indices, py::
             const uint16_t *a = half_data(alpha), *g = half_data(grad), *s = half_data(src), *d = half_data(dst);
             {
                 py::gil_scoped_release release;
-                const float* alpha32 = widened(a, nnz * heads, 0);
-                const float* grad32 = widened(g, nnz * heads, 1);
-                const float* src32 = widened(s, cols * heads, 2);
-                const float* dst32 = widened(d, rows * heads, 3);
-                float *gs32 = scratch(4, cols * heads), *gd32 = scratch(5, rows * heads);
-                gat_attention_backward_rows(gs32, gd32, scratch(6, nnz * heads), data_as<I>(indptr),
-                                            data_as<I>(indices), alpha32, grad32, src32, dst32, rows, cols, heads,
-                                            static_cast<float>(slope));
-                narrow(gs32, gs, cols * heads);
-                narrow(gd32, gd, rows * heads);
+#if defined(__x86_64__) || defined(__i386__)
+                if (kHasF16c && heads == 8) {
+                    gat_attention_backward_heads8_f16c(gs, gd, data_as<I>(indptr), data_as<I>(indices), a, g, s, d,
+                                                       rows, cols, static_cast<float>(slope));
+                } else
+#endif
+                {
+                    backward_half_widened(gs, gd, data_as<I>(indptr), data_as<I>(indices), a, g, s, d, rows, cols,
+                                          heads, nnz, static_cast<float>(slope));
+                }
             }
             return py::make_tuple(grad_src, grad_dst);
         });

@@ -15,7 +15,9 @@ pytestmark = pytest.mark.skipif(native is None, reason="thin_gemm extension not 
 # blocks of the widened operand, masked tails of the conversions and a masked last vector
 _CASES = [(32, 128, 784, False, True), (7, 45, 301, False, True), (33, 70, 17, False, True),
           (128, 784, 32, True, False), (61, 203, 9, True, False), (32, 400, 120, False, False),
-          (5, 13, 64, False, False), (130, 7, 3, False, False), (16, 1000, 40, True, False)]
+          (5, 13, 64, False, False), (130, 7, 3, False, False), (16, 1000, 40, True, False),
+          (600, 16, 40, False, False), (1300, 7, 64, False, False),  # A widened a chunk of rows at a time
+          (64, 16, 2708, True, False), (40, 7, 1500, True, False)]   # (transposed: of columns)
 _KINDS = {"half": thin_gemm.HALF, "round": thin_gemm.ROUND, "exact": thin_gemm.EXACT}
 
 
@@ -150,3 +152,25 @@ def test_without_the_float16_kernel_the_product_takes_float32_copies_with_the_sa
     assert with_kernel.half is not None and without.half is None and len(without.native[1]) == 4
     np.testing.assert_array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
     assert float(flags[0]) == float(flags[1]) == 0.0
+
+
+def test_short_float16_rows_take_the_kernel_in_compiled_and_eager_products():
+    """A row-major float16 product with fewer than 16 output columns (GAT's 2708 x 64 @ 64 x 7) runs on
+    the float16 kernel, which float32 products of that shape do not take: compiled (HalfGemm) and
+    eager (numpy_matmul) both, with the bits of the float32 tiles on the widened operands."""
+    from mstrain.ops.math import numpy_matmul
+    rng = np.random.default_rng(7)
+    a, w = rng.standard_normal((2708, 64)).astype(np.float16), rng.standard_normal((64, 7)).astype(np.float16)
+    a32, w32 = a.astype(np.float32), w.astype(np.float32)
+    assert thin_gemm.product_params(a32, w32, np.empty((2708, 7), np.float32)) is None  # float32: BLAS
+    out = np.empty((2708, 7), np.float16)
+    assert thin_gemm.half_product_params(a, w, out) is not None
+    kernel = HalfGemm(a, w32, out)  # the float32 master weight read rounded
+    assert kernel.half is not None
+    kernel()
+    np.testing.assert_array_equal(out, _reference(a32, w32, np.float16, 0))
+    np.testing.assert_array_equal(numpy_matmul(a, w), out)
+    # transposed operands (a weight gradient, x @ W.T) and short sums keep the float32 copies
+    assert thin_gemm.half_product_params(a.T, np.ones((2708, 7), np.float16), np.empty((64, 7), np.float16)) is None
+    assert thin_gemm.half_product_params(np.ones((2708, 7), np.float16), w.T[:, :7],
+                                         np.empty((2708, 7), np.float16)) is None
