@@ -191,12 +191,6 @@ bool row_tiles(const Dims& d) {
 
 int64_t padded_keys(const Dims& d) { return (d.s + attention_rows::kLanes - 1) / attention_rows::kLanes * attention_rows::kLanes; }
 
-// out (cols x ld) = x^T for x (rows x cols); the lanes from `rows` to ld are left as they are (zeros).
-void transpose_padded(const float* x, int64_t rows, int64_t cols, int64_t row_stride, float* out, int64_t ld) {
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) out[c * ld + r] = x[r * row_stride + c];
-}
-
 template <typename Fn>
 void with_key_vectors(int64_t vectors, Fn&& fn) {  // fn(std::integral_constant<int, vectors>), vectors 1..4
     switch (vectors) {
@@ -236,7 +230,7 @@ void forward_block_tiled(const View<const float>& q, const View<const float>& k,
                          const float* bias, const View<float>& out, float* probs, const Dims& d, float scale,
                          int64_t blk, float* kt, float* p) {
     const int64_t ld = padded_keys(d);
-    transpose_padded(k.block(blk, d.h), d.s, d.d, k.sl, kt, ld);
+    attention_rows::transpose_keys(k.block(blk, d.h), d.s, d.d, k.sl, kt, ld);
     with_key_vectors(ld / attention_rows::kLanes, [&](auto vectors) {
         tiled_probs<decltype(vectors)::value>(q, kt, bias, blk, d, scale, p, probs ? probs + blk * d.t * d.s : nullptr);
     });
@@ -262,7 +256,7 @@ void tiled_dscores(const View<const float>& gout, const View<const float>& out, 
 }
 
 struct TiledScratch {
-    std::vector<float> key_t, value_t, p, ds;  // zero-filled: the transposes' padding lanes stay zero
+    std::vector<float> key_t, value_t, p, ds;
     explicit TiledScratch(const Dims& d, bool backward)
         : key_t(d.d * padded_keys(d)), value_t(backward ? d.e * padded_keys(d) : 0), p(d.t * padded_keys(d)),
           ds(backward ? d.t * padded_keys(d) : 0) {}
@@ -276,8 +270,8 @@ void backward_block_tiled(const View<const float>& q, const View<const float>& k
     float* p = scratch.p.data();
     float* ds = scratch.ds.data();
     const float* kb = k.block(blk, d.h);
-    transpose_padded(kb, d.s, d.d, k.sl, scratch.key_t.data(), ld);
-    transpose_padded(v.block(blk, d.h), d.s, d.e, v.sl, scratch.value_t.data(), ld);
+    attention_rows::transpose_keys(kb, d.s, d.d, k.sl, scratch.key_t.data(), ld);
+    attention_rows::transpose_keys(v.block(blk, d.h), d.s, d.e, v.sl, scratch.value_t.data(), ld);
     with_key_vectors(ld / attention_rows::kLanes, [&](auto vectors) {
         constexpr int NC = decltype(vectors)::value;
         tiled_probs<NC>(q, scratch.key_t.data(), bias, blk, d, scale, p, nullptr);  // recomputed, not saved

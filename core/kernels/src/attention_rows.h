@@ -60,6 +60,49 @@ __attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {
     return _mm512_maskz_mul_ps(live, p, _mm512_castsi512_ps(exponent));
 }
 
+// 16 x 16 in registers: v[i] (row i) becomes column i.
+__attribute__((target("avx512f"), always_inline)) inline void transpose16(__m512 (&v)[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 16; i += 8) {
+        for (int j = 0; j < 4; ++j) {
+            t[i + j] = _mm512_shuffle_f32x4(u[i + j], u[i + j + 4], 0x88);
+            t[i + j + 4] = _mm512_shuffle_f32x4(u[i + j], u[i + j + 4], 0xDD);
+        }
+    }
+    for (int j = 0; j < 8; ++j) {
+        v[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        v[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xDD);
+    }
+}
+
+// out (cols x ld) = x^T for x (rows x cols, row stride row_stride), ld >= rows a multiple of 16: the lanes
+// from `rows` to ld get zeros. In 16 x 16 register blocks (a scalar transpose's strided stores cost about a
+// tenth of a ViT block's time).
+__attribute__((target("avx512f"))) inline void transpose_keys(const float* x, int64_t rows, int64_t cols,
+                                                              int64_t row_stride, float* out, int64_t ld) {
+    __m512 v[16];
+    for (int64_t r0 = 0; r0 < rows; r0 += kLanes) {
+        for (int64_t c0 = 0; c0 < cols; c0 += kLanes) {
+            const __mmask16 columns = lanes_below(cols - c0);
+            for (int i = 0; i < kLanes; ++i)
+                v[i] = r0 + i < rows ? _mm512_maskz_loadu_ps(columns, x + (r0 + i) * row_stride + c0) : _mm512_setzero_ps();
+            transpose16(v);
+            const int64_t n = cols - c0 < kLanes ? cols - c0 : kLanes;
+            for (int64_t i = 0; i < n; ++i) _mm512_storeu_ps(out + (c0 + i) * ld + r0, v[i]);
+        }
+    }
+}
+
 // acc[r][c] = sum over depth of a(r, k) * bt[k][c * 16 ..]
 template <int R, int NC>
 __attribute__((target("avx512f,fma"), always_inline)) inline void row_products(const Rows& x, __m512 (&acc)[R][NC]) {
