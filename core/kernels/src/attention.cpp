@@ -192,12 +192,16 @@ bool row_tiles(const Dims& d) {
 int64_t padded_keys(const Dims& d) { return (d.s + attention_rows::kLanes - 1) / attention_rows::kLanes * attention_rows::kLanes; }
 
 template <typename Fn>
-void with_key_vectors(int64_t vectors, Fn&& fn) {  // fn(std::integral_constant<int, vectors>), vectors 1..4
+void with_key_vectors(int64_t vectors, Fn&& fn) {  // fn(std::integral_constant<int, vectors>), vectors 1..8
     switch (vectors) {
         case 1: return fn(std::integral_constant<int, 1>{});
         case 2: return fn(std::integral_constant<int, 2>{});
         case 3: return fn(std::integral_constant<int, 3>{});
-        default: return fn(std::integral_constant<int, 4>{});
+        case 4: return fn(std::integral_constant<int, 4>{});
+        case 5: return fn(std::integral_constant<int, 5>{});
+        case 6: return fn(std::integral_constant<int, 6>{});
+        case 7: return fn(std::integral_constant<int, 7>{});
+        default: return fn(std::integral_constant<int, 8>{});
     }
 }
 

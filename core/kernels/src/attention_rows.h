@@ -1,7 +1,8 @@
-// AVX-512 row tiles of the fused attention for blocks of at most kMaxKeys keys (ViT's 50, T5 decoder's 64):
-// a tile of R query rows keeps its whole score rows in registers (R x NC vectors of 16 keys, the last
-// masked), so the scores, the scale, the bias, the causal mask, the softmax and (backward) the softmax VJP
-// run on registers in one pass, with no separate scale/softmax/scale-back passes over memory.
+// AVX-512 row tiles of the fused attention for blocks of at most kMaxKeys keys (ViT's 50, T5's 64 and 128,
+// GPT's 128): a tile of R query rows keeps its score rows in registers (R x NC vectors of 16 keys, the last
+// masked; past kChunk vectors the scores pass once through L1 in chunks), so the scores, the scale, the
+// bias, the causal mask, the softmax and (backward) the softmax VJP run in one pass, with no separate
+// scale/softmax/scale-back passes over memory.
 //   probs_tile  : P rows = softmax(Q_rows K^T * scale + bias) -> p (row stride ld), and the probabilities
 //                 output when asked for;
 //   dscores_tile: dS rows = P * (dO_rows V^T - rowsum(dO * O)) -> ds scaled by `scale` (dQ = ds K and
@@ -19,12 +20,13 @@ namespace mstrain {
 namespace attention_rows {
 
 constexpr int kLanes = 16;
-constexpr int64_t kMaxKeys = 64;  // at 128 keys (2 rows of 8 vectors) the general path was faster
+constexpr int64_t kMaxKeys = 128;
+constexpr int kChunk = 4;  // key vectors per product: R x kChunk accumulators
 
 // Query rows per tile for NC vectors of keys: R * NC accumulators and NC key vectors within 32 registers.
 template <int NC>
 constexpr int tile_rows() {
-    return NC == 1 ? 12 : NC == 2 ? 8 : NC == 3 ? 6 : 5;
+    return NC == 1 ? 12 : NC == 2 ? 8 : NC == 3 ? 6 : 5;  // past 4 vectors: chunks of 4
 }
 
 struct Rows {              // one (batch, head) block
@@ -103,14 +105,16 @@ __attribute__((target("avx512f"))) inline void transpose_keys(const float* x, in
     }
 }
 
-// acc[r][c] = sum over depth of a(r, k) * bt[k][c * 16 ..]
+// acc[r][c] = sum over depth of a(r, k) * bt[k][(c0 + c) * 16 ..]
 template <int R, int NC>
-__attribute__((target("avx512f,fma"), always_inline)) inline void row_products(const Rows& x, __m512 (&acc)[R][NC]) {
+__attribute__((target("avx512f,fma"), always_inline)) inline void row_products(const Rows& x, __m512 (&acc)[R][NC],
+                                                                              int c0 = 0) {
     for (int r = 0; r < R; ++r)
         for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+    const float* bt = x.bt + c0 * kLanes;
     for (int64_t k = 0; k < x.depth; ++k) {
         __m512 b[NC];
-        for (int c = 0; c < NC; ++c) b[c] = _mm512_loadu_ps(x.bt + k * x.ld + c * kLanes);
+        for (int c = 0; c < NC; ++c) b[c] = _mm512_loadu_ps(bt + k * x.ld + c * kLanes);
         for (int r = 0; r < R; ++r) {
             const __m512 s = _mm512_set1_ps(x.a[r * x.a_sl + k]);
             for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(s, b[c], acc[r][c]);
@@ -120,8 +124,8 @@ __attribute__((target("avx512f,fma"), always_inline)) inline void row_products(c
 
 // bias: the tile's first bias row (row stride keys) or null; probs likewise (the probabilities output).
 template <int R, int NC>
-__attribute__((target("avx512f,fma"))) void probs_tile(const Rows& x, const float* bias, float scale, float* p,
-                                                       float* probs) {
+__attribute__((target("avx512f,fma"))) void probs_in_registers(const Rows& x, const float* bias, float scale, float* p,
+                                                               float* probs) {
     __m512 acc[R][NC];
     row_products<R, NC>(x, acc);
     const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -150,6 +154,69 @@ __attribute__((target("avx512f,fma"))) void probs_tile(const Rows& x, const floa
     }
 }
 
+template <int R>
+inline int64_t seen_keys(const Rows& x) {  // keys seen by any row of the tile
+    int64_t seen = 0;
+    for (int r = 0; r < R; ++r) seen = x.visible[r] > seen ? x.visible[r] : seen;
+    return seen;
+}
+
+// Scores of key vectors [c0, c0 + NC) (scaled, biased, masked to -inf) into p; top[r] keeps each row's max.
+template <int R, int NC>
+__attribute__((target("avx512f,fma"), always_inline)) inline void scores_chunk(const Rows& x, int c0, const float* bias,
+                                                                              float scale, float* p, __m512 (&top)[R]) {
+    __m512 acc[R][NC];
+    row_products<R, NC>(x, acc, c0);
+    const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < NC; ++c) {
+            const int64_t j = (c0 + c) * kLanes;
+            __m512 s = _mm512_mul_ps(acc[r][c], _mm512_set1_ps(scale));
+            if (bias) s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(lanes_below(x.keys - j), bias + r * x.keys + j));
+            s = _mm512_mask_blend_ps(lanes_below(x.visible[r] - j), minus_inf, s);
+            top[r] = _mm512_max_ps(top[r], s);
+            _mm512_storeu_ps(p + r * x.ld + j, s);
+        }
+    }
+}
+
+// More than kChunk vectors of keys: the scores go through p in chunks of kChunk vectors (R x kChunk
+// accumulators), then each row's softmax runs on registers; key vectors no row of the tile sees (causal)
+// are neither computed nor exponentiated.
+template <int R, int NC>
+__attribute__((target("avx512f,fma"))) void probs_in_chunks(const Rows& x, const float* bias, float scale, float* p,
+                                                            float* probs) {
+    const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    __m512 top[R];
+    for (int r = 0; r < R; ++r) top[r] = minus_inf;
+    const int64_t seen = seen_keys<R>(x);
+    scores_chunk<R, kChunk>(x, 0, bias, scale, p, top);
+    if (seen > kChunk * kLanes) scores_chunk<R, NC - kChunk>(x, kChunk, bias, scale, p, top);
+    for (int r = 0; r < R; ++r) {
+        const float row_top = _mm512_reduce_max_ps(top[r]);
+        const __m512 shift = _mm512_set1_ps(row_top == -std::numeric_limits<float>::infinity() ? 0.0f : row_top);
+        __m512 e[NC], sum = _mm512_setzero_ps();
+        for (int c = 0; c < NC; ++c) {
+            e[c] = c * kLanes < seen ? exp16(_mm512_sub_ps(_mm512_loadu_ps(p + r * x.ld + c * kLanes), shift))
+                                     : _mm512_setzero_ps();
+            sum = _mm512_add_ps(sum, e[c]);
+        }
+        const float total = _mm512_reduce_add_ps(sum);
+        const __m512 inv = _mm512_set1_ps(total > 0.0f ? 1.0f / total : 0.0f);
+        for (int c = 0; c < NC; ++c) {
+            const __m512 prob = _mm512_mul_ps(e[c], inv);
+            _mm512_storeu_ps(p + r * x.ld + c * kLanes, prob);
+            if (probs) _mm512_mask_storeu_ps(probs + r * x.keys + c * kLanes, lanes_below(x.keys - c * kLanes), prob);
+        }
+    }
+}
+
+template <int R, int NC>
+void probs_tile(const Rows& x, const float* bias, float scale, float* p, float* probs) {
+    if constexpr (NC <= kChunk) probs_in_registers<R, NC>(x, bias, scale, p, probs);
+    else probs_in_chunks<R, NC>(x, bias, scale, p, probs);
+}
+
 __attribute__((target("avx512f,fma"))) inline float dot(const float* a, const float* b, int64_t n) {
     __m512 sum = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += kLanes) {
@@ -162,19 +229,43 @@ __attribute__((target("avx512f,fma"))) inline float dot(const float* a, const fl
 // x.a = dO rows, x.bt = V^T; p the tile's P rows; out its O rows (row stride o_sl); gscores null or the
 // tile's first row of the scores' gradient (row stride keys).
 template <int R, int NC>
+__attribute__((target("avx512f,fma"), always_inline)) inline void dscores_chunk(const Rows& x, int c0, const float* p,
+                                                                               const float* delta, float scale,
+                                                                               float* ds, float* gscores) {
+    __m512 acc[R][NC];
+    row_products<R, NC>(x, acc, c0);
+    for (int r = 0; r < R; ++r) {
+        const __m512 shift = _mm512_set1_ps(delta[r]);
+        for (int c = 0; c < NC; ++c) {
+            const int64_t j = (c0 + c) * kLanes;
+            const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(p + r * x.ld + j), _mm512_sub_ps(acc[r][c], shift));
+            if (gscores) _mm512_mask_storeu_ps(gscores + r * x.keys + j, lanes_below(x.keys - j), g);
+            _mm512_storeu_ps(ds + r * x.ld + j, _mm512_mul_ps(g, _mm512_set1_ps(scale)));
+        }
+    }
+}
+
+// Keys from vector c0 on that no row of the tile sees: dS 0.
+template <int R>
+__attribute__((target("avx512f"))) inline void zero_keys(const Rows& x, int c0, float* ds, float* gscores) {
+    for (int r = 0; r < R; ++r) {
+        for (int64_t j = c0 * kLanes; j < x.ld; j += kLanes) {
+            _mm512_storeu_ps(ds + r * x.ld + j, _mm512_setzero_ps());
+            if (gscores) _mm512_mask_storeu_ps(gscores + r * x.keys + j, lanes_below(x.keys - j), _mm512_setzero_ps());
+        }
+    }
+}
+
+template <int R, int NC>
 __attribute__((target("avx512f,fma"))) void dscores_tile(const Rows& x, const float* p, const float* out, int64_t o_sl,
                                                          float scale, float* ds, float* gscores) {
     float delta[R];
     for (int r = 0; r < R; ++r) delta[r] = dot(x.a + r * x.a_sl, out + r * o_sl, x.depth);
-    __m512 acc[R][NC];
-    row_products<R, NC>(x, acc);
-    for (int r = 0; r < R; ++r) {
-        const __m512 shift = _mm512_set1_ps(delta[r]);
-        for (int c = 0; c < NC; ++c) {
-            const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(p + r * x.ld + c * kLanes), _mm512_sub_ps(acc[r][c], shift));
-            if (gscores) _mm512_mask_storeu_ps(gscores + r * x.keys + c * kLanes, lanes_below(x.keys - c * kLanes), g);
-            _mm512_storeu_ps(ds + r * x.ld + c * kLanes, _mm512_mul_ps(g, _mm512_set1_ps(scale)));
-        }
+    constexpr int first = NC < kChunk ? NC : kChunk;
+    dscores_chunk<R, first>(x, 0, p, delta, scale, ds, gscores);
+    if constexpr (NC > kChunk) {
+        if (seen_keys<R>(x) > kChunk * kLanes) dscores_chunk<R, NC - kChunk>(x, kChunk, p, delta, scale, ds, gscores);
+        else zero_keys<R>(x, kChunk, ds, gscores);
     }
 }
 
