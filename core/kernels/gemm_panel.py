@@ -3,6 +3,8 @@
     matmul(a, b, out=None, isa=None, threads=None)  -> out = a @ b
         a (m, k), b (k, n) float32 or float64 of one dtype, each C-ordered or a transposed view of a
         C-ordered array (a weight read as W.T, activations read as X.T); out (m, n) C-contiguous.
+    weight_grad_matmul(a, b, out=None, isa=None, threads=None)  -> out = a @ b on the depth-chunk
+        path for a weight gradient g.T @ x (small output, long depth; see below)
     chooses(m, n, k, dtype)   the rule below: does a compiled step run this product here?
     c_entry()                 address of `void ms_gemm_panel(void**, const int64_t*)`, which takes numpy's
                               BLAS call's pointers and parameters (`mstrain.kernels.blas_params.gemm_params`),
@@ -19,6 +21,15 @@ OpenMP threads each own a band of whole tiles of C (rows, or columns where that 
 evenly: a 128 x 128 weight gradient on 2 threads) and every element is one chain of fused
 multiply-adds in ascending k, so 1 and 2 threads give the same bits. The values differ from numpy's OpenBLAS only in
 rounding (within 1e-5 relative; the tests check both).
+
+The weight-gradient path (gemm_wgrad.h) cuts the depth instead of C: one chunk up to 511 rows, else
+an even number of equal chunks of at most 1024 rows (W7's 3200 rows: 4 of 800; W1's 2048: 2 of
+1024), fixed by the depth alone. Each chunk's product (B packed into NR-wide panels per 128-deep
+block, a transposed A read in place) goes to C or a partial of its own; the partials are then added
+to C in chunk order, so every thread count gives the same bits, which differ from `matmul`'s single
+ascending chain only in rounding (within 1e-5 relative). Two threads each take half the chunks and
+read half of both operands: cut by C, each thread read all of A for its half of C and two threads
+took 1.5x the CPU time of one (this path: about 1.1x).
 
 When it runs (`chooses`), a rule read off per-shape timings against numpy's OpenBLAS and PyTorch
 (thread CPU time at one thread, interleaved in one process, on a shared 2-core AVX-512 machine): a
@@ -38,7 +49,7 @@ import numpy as np
 from . import kernels_disabled
 from .blas_params import gemm_params
 
-__all__ = ["matmul", "chooses", "c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE"]
+__all__ = ["matmul", "weight_grad_matmul", "chooses", "c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE"]
 
 MIN_ROWS = 128
 TILE_COLS = 32
@@ -103,12 +114,18 @@ def step_kernel(a, b, out, params):
     return PanelProduct(module, a, b, out, params)
 
 
+def weight_grad_matmul(a, b, out=None, isa=None, threads=None):
+    """out = a @ b on the weight-gradient path (fixed depth chunks, see the module docstring), or
+    numpy's product when the kernel is not built or the operands do not fit it."""
+    return matmul(a, b, out=out, isa=isa, threads=threads, by_depth=True)
+
+
 def reference_matmul(a, b, out=None):
     """numpy's product, the reference the kernel is tested against."""
     return np.matmul(a, b, out=out)
 
 
-def matmul(a, b, out=None, isa=None, threads=None):
+def matmul(a, b, out=None, isa=None, threads=None, by_depth=False):
     """out = a @ b on the packed kernel (see the module docstring), or numpy's product when the
     kernel is not built or the operands do not fit it (other dtypes, batch dims, other strides).
     `isa` names one of `isas()` (default the best), `threads` the OpenMP threads (default all)."""
@@ -119,6 +136,6 @@ def matmul(a, b, out=None, isa=None, threads=None):
     params = gemm_params(a, b, out) if module is not None and a.ndim == 2 and b.ndim == 2 else None
     if params is None:
         return reference_matmul(a, b, out=out)
-    module.gemm_panel([a, b, out], params, isa or "", int(threads or 0))
+    module.gemm_panel([a, b, out], params, isa or "", int(threads or 0), bool(by_depth))
     return out
 
