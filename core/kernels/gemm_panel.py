@@ -49,12 +49,14 @@ import numpy as np
 from . import kernels_disabled
 from .blas_params import gemm_params
 
-__all__ = ["matmul", "weight_grad_matmul", "chooses", "c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE"]
+__all__ = ["matmul", "weight_grad_matmul", "chooses", "c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE",
+           "chooses_weight_grad", "wgrad_c_entry", "MIN_WGRAD_DEPTH"]
 
 MIN_ROWS = 128
 TILE_COLS = 32
 MIN_DEPTH = 16
 MAX_NARROW, MAX_WIDE = 128, 256
+MIN_WGRAD_DEPTH = 512
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -77,6 +79,22 @@ def c_entry():
     return None if module is None else int(module.gemm_panel_c_entry())
 
 
+def wgrad_c_entry():
+    """Address of the weight-gradient path's C entry (`ms_gemm_wgrad`, same arguments), or None."""
+    module = _module()
+    return None if module is None else int(module.gemm_wgrad_c_entry())
+
+
+def chooses_weight_grad(m, n, k, dtype):
+    """True when a compiled step runs the (m x k) @ (k x n) product of `dtype` with its left operand
+    read transposed (a weight gradient g.T @ x) on the depth-chunk path: at least MIN_ROWS rows, whole
+    32-column tiles, and a depth of at least 512 and twice the longer side of the output (W7's and
+    W1's weight gradients: 3200 and 2048 deep, outputs 128 to 1024 wide)."""
+    if np.dtype(dtype) not in _DTYPES or wgrad_c_entry() is None:
+        return False
+    return m >= MIN_ROWS and n % TILE_COLS == 0 and k >= MIN_WGRAD_DEPTH and k >= 2 * max(m, n)
+
+
 def chooses(m, n, k, dtype):
     """True when a compiled step runs the (m x k) @ (k x n) product of `dtype` on this kernel
     (the rule of the module docstring; False when the kernel is not built)."""
@@ -93,23 +111,29 @@ class PanelProduct:
     kernel) or, through `native` ("kernel", entry, pointers, values), from the C step loop; both give
     the same bits."""
 
-    def __init__(self, module, a, b, out, params):
+    def __init__(self, module, a, b, out, params, by_depth=False):
         import ctypes
         self._gemm, self._arrays, self._params = module.gemm_panel, [a, b, out], list(params)
+        self.by_depth = by_depth
+        entry = module.gemm_wgrad_c_entry() if by_depth else module.gemm_panel_c_entry()
         pointers = (ctypes.c_void_p * 3)(a.ctypes.data, b.ctypes.data, out.ctypes.data)
-        self.native = ("kernel", int(module.gemm_panel_c_entry()), pointers,
-                       (ctypes.c_int64 * len(params))(*params))
+        self.native = ("kernel", int(entry), pointers, (ctypes.c_int64 * len(params))(*params))
 
     def __call__(self):
-        self._gemm(self._arrays, self._params, "", 0)
+        self._gemm(self._arrays, self._params, "", 0, self.by_depth)
 
 
 def step_kernel(a, b, out, params):
     """The compiled step's kernel for out = a @ b with numpy's BLAS parameters `params` (see
-    mstrain.kernels.blas_params.gemm_params): a PanelProduct when `chooses` the product and it has no
-    batch dims, else None."""
+    mstrain.kernels.blas_params.gemm_params): a PanelProduct when the product has no batch dims and
+    `chooses_weight_grad` (its left operand read transposed) or `chooses` it, else None."""
     module = _module()
-    if module is None or params[9] * params[10] != 1 or not chooses(params[3], params[4], params[5], a.dtype):
+    if module is None or params[9] * params[10] != 1:
+        return None
+    m, n, k = params[3], params[4], params[5]
+    if params[1] and chooses_weight_grad(m, n, k, a.dtype):
+        return PanelProduct(module, a, b, out, params, by_depth=True)
+    if not chooses(m, n, k, a.dtype):
         return None
     return PanelProduct(module, a, b, out, params)
 
