@@ -43,6 +43,7 @@ constexpr int64_t kWgradRows = 192;
 constexpr int64_t kWgradCols = 512;
 constexpr int64_t kChunkRows = 1024;
 constexpr int64_t kMinChunkRows = 256;
+constexpr int64_t kWgradInPlaceBytes = 2048;  // see wgrad_chunk
 
 namespace mstrain {
 namespace gemm_panel {

@@ -6,9 +6,9 @@
 // B's (p, j) at b[p * rsb + j * csb]. BLIS's order: per kWgradCols columns of C and kWgradDepth-deep
 // block, B is packed into NR-wide panels (a panel, kWgradDepth x NR, stays in L1 while every row tile
 // passes it: read in place, B's rows, a power of two bytes apart, fall into a few L1 sets). A stored
-// transposed (g read as g.T, the weight gradient's form) is read in place, each p's MR rows adjacent
-// (packing it cost as much as it saved); a row-major A is packed per kWgradRows rows into MR-wide
-// panels. Every element of C is the sum over the chunk's p in ascending order, one fused multiply-add
+// transposed (g read as g.T, the weight gradient's form) with rows less than kWgradInPlaceBytes apart
+// is read in place, each p's MR rows adjacent (packing it cost as much as it saved); other A's are
+// packed per kWgradRows rows into MR-wide panels. Every element of C is the sum over the chunk's p in ascending order, one fused multiply-add
 // per term (storing and reloading the tile between blocks is exact).
 
 template <typename T>
@@ -20,16 +20,25 @@ struct WgradTile {
     static constexpr int64_t NC = kWgradCols / NR * NR;
 };
 
-// A's rows [0, mc) x depth [0, kc) as panels of MR rows (A row-major): panel q holds, for each p, rows
-// q*MR .. q*MR+MR-1 of column p, adjacent (rows past mc are not written: rows_tile never reads them).
+// A's rows [0, mc) x depth [0, kc) as panels of MR rows: panel q holds, for each p, rows q*MR ..
+// q*MR+MR-1 of column p, adjacent (rows past mc are not written: rows_tile never reads them).
 template <typename T>
 static void pack_a(const T* a, int64_t rsa, int64_t csa, int64_t mc, int64_t kc, T* dst) {
     constexpr int MR = WgradTile<T>::MR;
+    if (rsa == 1) {  // A stored transposed: each p's rows are one contiguous run, cut into the panels
+        const int64_t whole = mc / MR * MR;
+        for (int64_t p = 0; p < kc; ++p) {
+            const T* src = a + p * csa;
+            T* out = dst + p * MR;
+            for (int64_t i0 = 0; i0 < whole; i0 += MR, out += MR * kc) std::memcpy(out, src + i0, sizeof(T) * MR);
+            for (int64_t i = whole; i < mc; ++i) out[i - whole] = src[i];
+        }
+        return;
+    }
     for (int64_t i0 = 0; i0 < mc; i0 += MR, dst += MR * kc) {
         const int64_t rows = mc - i0 < MR ? mc - i0 : MR;
-        const T* src = a + i0 * rsa;
         for (int64_t r = 0; r < rows; ++r)
-            for (int64_t p = 0; p < kc; ++p) dst[p * MR + r] = src[r * rsa + p * csa];
+            for (int64_t p = 0; p < kc; ++p) dst[p * MR + r] = a[(i0 + r) * rsa + p * csa];
     }
 }
 
@@ -40,7 +49,9 @@ static void wgrad_chunk(const T* a, int64_t rsa, int64_t csa, const T* b, int64_
                         int64_t ldc, int64_t m, int64_t n, int64_t k, T* pack_a_buf, T* pack_b_buf) {
     using G = WgradTile<T>;
     constexpr int MR = G::MR, NR = G::NR;
-    const bool a_in_place = rsa == 1;
+    // a transposed A's rows less than 2 KiB apart are read in place; further apart (W1's 768 and
+    // 1024-row gradients: 3-4 KiB) its MR-wide steps fall into a few L1 sets and packing pays
+    const bool a_in_place = rsa == 1 && csa * int64_t(sizeof(T)) < kWgradInPlaceBytes;
     for (int64_t jc = 0; jc < n; jc += G::NC) {
         const int64_t nc = n - jc < G::NC ? n - jc : G::NC;
         for (int64_t pc = 0; pc < k; pc += G::KC) {
