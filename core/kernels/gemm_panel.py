@@ -50,13 +50,13 @@ from . import kernels_disabled
 from .blas_params import gemm_params
 
 __all__ = ["matmul", "weight_grad_matmul", "chooses", "c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE",
-           "chooses_weight_grad", "wgrad_c_entry", "MIN_WGRAD_DEPTH"]
+           "chooses_weight_grad", "wgrad_c_entry", "MIN_WGRAD_DEPTH", "MAX_WGRAD_SIDE"]
 
 MIN_ROWS = 128
 TILE_COLS = 32
 MIN_DEPTH = 16
 MAX_NARROW, MAX_WIDE = 128, 256
-MIN_WGRAD_DEPTH = 512
+MIN_WGRAD_DEPTH, MAX_WGRAD_SIDE = 512, 384
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -88,11 +88,14 @@ def wgrad_c_entry():
 def chooses_weight_grad(m, n, k, dtype):
     """True when a compiled step runs the (m x k) @ (k x n) product of `dtype` with its left operand
     read transposed (a weight gradient g.T @ x) on the depth-chunk path: at least MIN_ROWS rows, whole
-    32-column tiles, and a depth of at least 512 and twice the longer side of the output (W7's and
-    W1's weight gradients: 3200 and 2048 deep, outputs 128 to 1024 wide)."""
+    32-column tiles, sides at most MAX_WGRAD_SIDE and a depth of at least 512 and twice the longer
+    side (W7's weight gradients, 3200 deep and 128 to 384 wide, and W1's 256 x 256 one). Wider
+    outputs stay on numpy's OpenBLAS: W1's 1024 x 256 and 768 x 256 gradients took 1.25x and 1.1x
+    its time on one thread."""
     if np.dtype(dtype) not in _DTYPES or wgrad_c_entry() is None:
         return False
-    return m >= MIN_ROWS and n % TILE_COLS == 0 and k >= MIN_WGRAD_DEPTH and k >= 2 * max(m, n)
+    return (m >= MIN_ROWS and n % TILE_COLS == 0 and max(m, n) <= MAX_WGRAD_SIDE and k >= MIN_WGRAD_DEPTH
+            and k >= 2 * max(m, n))
 
 
 def chooses(m, n, k, dtype):
