@@ -49,8 +49,9 @@ import numpy as np
 from . import kernels_disabled
 from .blas_params import gemm_params
 
-__all__ = ["matmul", "weight_grad_matmul", "chooses", "c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE",
-           "chooses_weight_grad", "wgrad_c_entry", "MIN_WGRAD_DEPTH", "MAX_WGRAD_SIDE"]
+__all__ = ["matmul", "weight_grad_matmul", "chooses", "chooses_weight_grad", "c_entry", "wgrad_c_entry", "isas",
+           "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE",
+           "MIN_WGRAD_DEPTH", "MAX_WGRAD_SIDE"]
 
 MIN_ROWS = 128
 TILE_COLS = 32

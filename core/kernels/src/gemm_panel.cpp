@@ -143,7 +143,7 @@ struct Isa {
 #define MS_ISA(ns)                                                                                    \
     Isa {                                                                                             \
         #ns, &ns::rect_float, &ns::rect_double, &ns::wgrad_chunk_float, &ns::wgrad_chunk_double,       \
-            {ns::kTileRowsFloat, ns::kTileRowsDouble},             \
+            {ns::kTileRowsFloat, ns::kTileRowsDouble},                                                \
             {ns::kTileColsFloat, ns::kTileColsDouble}, {ns::kDepthFloat, ns::kDepthDouble}             \
     }
 
@@ -286,8 +286,10 @@ static void wgrad_unit(const Isa& isa, const T* a, int64_t rsa, int64_t csa, con
     T* pb = buf.b_for(size_t(panels * nr) * kc);
     const T* a_at = a + i0 * rsa + p0 * csa;
     const T* b_at = b + p0 * rsb;
-    if constexpr (sizeof(T) == 8) isa.wgrad_double(a_at, rsa, csa, b_at, rsb, csb, dst + i0 * ld, ld, i1 - i0, n, p1 - p0, pa, pb);
-    else isa.wgrad_float(a_at, rsa, csa, b_at, rsb, csb, dst + i0 * ld, ld, i1 - i0, n, p1 - p0, pa, pb);
+    T* c_at = dst + i0 * ld;
+    const int64_t rows = i1 - i0, depth = p1 - p0;
+    if constexpr (sizeof(T) == 8) isa.wgrad_double(a_at, rsa, csa, b_at, rsb, csb, c_at, ld, rows, n, depth, pa, pb);
+    else isa.wgrad_float(a_at, rsa, csa, b_at, rsb, csb, c_at, ld, rows, n, depth, pa, pb);
 }
 
 // C's rows [r0, r1) += the partials in chunk order (each element: ((c + p1) + p2) + ...).
@@ -304,7 +306,7 @@ static void add_partials(T* c, int64_t ldc, const T* partials, int64_t m, int64_
 }
 
 // C (m x n) = A B for a weight gradient (small C, long depth k) on `threads` threads: the depth is
-// cut into depth_chunks(k) fixed chunks, each chunk's product (gemm_wgrad.h: both operands packed)
+// cut into depth_chunks(k) fixed chunks, each chunk's product (gemm_wgrad.h: B packed per block)
 // goes to C (the first) or a partial of its own, and the partials are added to C in chunk order. A
 // thread takes whole chunks (or, with more threads than chunks, bands of a chunk's rows), so its
 // operands are half of A and B instead of all of A for half of C. Every element is the same sums on
@@ -320,7 +322,8 @@ static void weight_grad(const Isa& isa, const T* a, int64_t rsa, int64_t csa, co
     T* partials = chunks > 1 ? thread_buffers<T>().partial_for(size_t((chunks - 1) * m * n)) : nullptr;
     if (threads <= 1) {
         for (int64_t u = 0; u < units; ++u)
-            wgrad_unit<T>(isa, a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, chunks, u / bands, bands, u % bands, partials);
+            wgrad_unit<T>(isa, a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, chunks, u / bands, bands, u % bands,
+                          partials);
         if (chunks > 1) add_partials<T>(c, ldc, partials, m, n, chunks - 1, 0, m);
         return;
     }
@@ -328,7 +331,8 @@ static void weight_grad(const Isa& isa, const T* a, int64_t rsa, int64_t csa, co
     {
         const mstrain::ThreadShare share = mstrain::thread_share(units);
         for (int64_t u = share.lo; u < share.hi; ++u)
-            wgrad_unit<T>(isa, a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, chunks, u / bands, bands, u % bands, partials);
+            wgrad_unit<T>(isa, a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, chunks, u / bands, bands, u % bands,
+                          partials);
         if (chunks > 1) {
 #pragma omp barrier
             const mstrain::ThreadShare rows = mstrain::thread_share(m);

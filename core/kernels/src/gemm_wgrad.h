@@ -8,8 +8,9 @@
 // passes it: read in place, B's rows, a power of two bytes apart, fall into a few L1 sets). A stored
 // transposed (g read as g.T, the weight gradient's form) with rows less than kWgradInPlaceBytes apart
 // is read in place, each p's MR rows adjacent (packing it cost as much as it saved); other A's are
-// packed per kWgradRows rows into MR-wide panels. Every element of C is the sum over the chunk's p in ascending order, one fused multiply-add
-// per term (storing and reloading the tile between blocks is exact).
+// packed per kWgradRows rows into MR-wide panels. Every element of C is the sum over the chunk's p in
+// ascending order, one fused multiply-add per term (storing and reloading the tile between blocks is
+// exact). The portable version multiplies then adds, as gemm_panel.h's does.
 
 template <typename T>
 struct WgradTile {
