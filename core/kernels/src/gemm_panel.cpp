@@ -43,6 +43,7 @@ constexpr int64_t kWgradRows = 192;
 constexpr int64_t kWgradCols = 512;
 constexpr int64_t kChunkRows = 1024;
 constexpr int64_t kMinChunkRows = 256;
+constexpr int64_t kPartialElements = int64_t(1) << 22;  // the partials' memory: 16 MiB of float32
 constexpr int64_t kWgradInPlaceBytes = 2048;  // see wgrad_chunk
 
 namespace mstrain {
@@ -256,13 +257,15 @@ static void gemm(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* 
     }
 }
 
-// The depth chunks of a weight gradient over depth k, fixed by k alone (never by the thread count,
-// so any number of threads gives the same bits): one below 2 x kMinChunkRows, else an even number of
-// equal chunks of at most kChunkRows (two threads each take half: W7's 3200 rows are 4 chunks of 800,
-// W1's 2048 2 of 1024).
-static int64_t depth_chunks(int64_t k) {
+// The depth chunks of an m x n weight gradient over depth k, fixed by the shape alone (never by the
+// thread count, so any number of threads gives the same bits): one below 2 x kMinChunkRows, else an
+// even number of equal chunks of at most kChunkRows (two threads each take half: W7's 3200 rows are 4
+// chunks of 800, W1's 2048 2 of 1024), fewer where the partials would pass kPartialElements.
+static int64_t depth_chunks(int64_t m, int64_t n, int64_t k) {
     if (k < 2 * kMinChunkRows) return 1;
-    return 2 * ((k + 2 * kChunkRows - 1) / (2 * kChunkRows));
+    const int64_t chunks = 2 * ((k + 2 * kChunkRows - 1) / (2 * kChunkRows));
+    const int64_t most = std::max<int64_t>(2, kPartialElements / std::max<int64_t>(1, m * n) / 2 * 2);
+    return std::min(chunks, most);
 }
 
 // One unit of the weight-gradient path: chunk q's product over band b of C's rows (of `bands` in
@@ -306,7 +309,7 @@ static void add_partials(T* c, int64_t ldc, const T* partials, int64_t m, int64_
 }
 
 // C (m x n) = A B for a weight gradient (small C, long depth k) on `threads` threads: the depth is
-// cut into depth_chunks(k) fixed chunks, each chunk's product (gemm_wgrad.h: B packed per block)
+// cut into depth_chunks(m, n, k) fixed chunks, each chunk's product (gemm_wgrad.h: B packed per block)
 // goes to C (the first) or a partial of its own, and the partials are added to C in chunk order. A
 // thread takes whole chunks (or, with more threads than chunks, bands of a chunk's rows), so its
 // operands are half of A and B instead of all of A for half of C. Every element is the same sums on
@@ -314,7 +317,7 @@ static void add_partials(T* c, int64_t ldc, const T* partials, int64_t m, int64_
 template <typename T>
 static void weight_grad(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb,
                         T* c, int64_t ldc, int64_t m, int64_t n, int64_t k, int threads) {
-    const int64_t chunks = depth_chunks(k);
+    const int64_t chunks = depth_chunks(m, n, k);
     if (double(m) * double(n) * double(k) < kThreadedWork) threads = 1;
     const int64_t bands = threads > chunks ? (threads + chunks - 1) / chunks : 1;
     const int64_t units = chunks * bands;

@@ -169,3 +169,12 @@ def test_the_weight_gradient_rule():
     assert not gemm_panel.chooses_weight_grad(128, 72, 3200, f32)       # a ragged edge tile
     assert not gemm_panel.chooses_weight_grad(64, 128, 3200, f32)       # few rows
     assert not gemm_panel.chooses_weight_grad(128, 128, 3200, np.float16)
+
+
+@built
+def test_a_wide_weight_gradient_takes_fewer_chunks():
+    """1500 x 1408 outputs: the 2100-deep product's partials are capped at two chunks (16 MiB)."""
+    a, b = _operands(1500, 1408, 2100, 1, 0, np.float32, seed=7)
+    one = gemm_panel.weight_grad_matmul(a, b, threads=1)
+    _assert_close(one, a, b)
+    np.testing.assert_array_equal(gemm_panel.weight_grad_matmul(a, b, threads=2), one)
