@@ -24,7 +24,8 @@ rounding (within 1e-5 relative; the tests check both).
 
 The weight-gradient path (gemm_wgrad.h) cuts the depth instead of C: one chunk up to 511 rows, else
 an even number of equal chunks of at most 1024 rows (W7's 3200 rows: 4 of 800; W1's 2048: 2 of
-1024), fixed by the depth alone. Each chunk's product (B packed into NR-wide panels per 128-deep
+1024), fewer where the partials would pass 16 MiB of float32: fixed by the shape, never by the
+thread count. Each chunk's product (B packed into NR-wide panels per 128-deep
 block, a transposed A read in place) goes to C or a partial of its own; the partials are then added
 to C in chunk order, so every thread count gives the same bits, which differ from `matmul`'s single
 ascending chain only in rounding (within 1e-5 relative). Two threads each take half the chunks and
