@@ -20,7 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import mstrain  # noqa: E402,F401  (first: its BLAS thread settings must be set before numpy loads OpenBLAS)
+# mstrain before numpy: its thread defaults (OPENBLAS_THREAD_TIMEOUT) must be set when OpenBLAS loads,
+# else OpenBLAS's worker spins for ~0.1 s after each 2-thread product and takes a core from the
+# kernel's second thread (panel_us_2_threads then showed no gain over one thread)
+import mstrain  # noqa: E402,F401
 import numpy as np  # noqa: E402
 
 import _common  # noqa: E402

@@ -3,6 +3,8 @@
     matmul(a, b, out=None, isa=None, threads=None)  -> out = a @ b
         a (m, k), b (k, n) float32 or float64 of one dtype, each C-ordered or a transposed view of a
         C-ordered array (a weight read as W.T, activations read as X.T); out (m, n) C-contiguous.
+    weight_grad_matmul(a, b, out=None, isa=None, threads=None)  -> out = a @ b on the depth-chunk
+        path for a weight gradient g.T @ x (small output, long depth; see below)
     chooses(m, n, k, dtype)   the rule below: does a compiled step run this product here?
     c_entry()                 address of `void ms_gemm_panel(void**, const int64_t*)`, which takes numpy's
                               BLAS call's pointers and parameters (`mstrain.kernels.blas_params.gemm_params`),
@@ -19,6 +21,16 @@ OpenMP threads each own a band of whole tiles of C (rows, or columns where that 
 evenly: a 128 x 128 weight gradient on 2 threads) and every element is one chain of fused
 multiply-adds in ascending k, so 1 and 2 threads give the same bits. The values differ from numpy's OpenBLAS only in
 rounding (within 1e-5 relative; the tests check both).
+
+The weight-gradient path (gemm_wgrad.h) cuts the depth instead of C: one chunk up to 511 rows, else
+an even number of equal chunks of at most 1024 rows (W7's 3200 rows: 4 of 800; W1's 2048: 2 of
+1024), fewer where the partials would pass 16 MiB of float32: fixed by the shape, never by the
+thread count. Each chunk's product (B packed into NR-wide panels per 128-deep
+block, a transposed A read in place) goes to C or a partial of its own; the partials are then added
+to C in chunk order, so every thread count gives the same bits, which differ from `matmul`'s single
+ascending chain only in rounding (within 1e-5 relative). Two threads each take half the chunks and
+read half of both operands: cut by C, each thread read all of A for its half of C and two threads
+took 1.5x the CPU time of one (this path: about 1.1x).
 
 When it runs (`chooses`), a rule read off per-shape timings against numpy's OpenBLAS and PyTorch
 (thread CPU time at one thread, interleaved in one process, on a shared 2-core AVX-512 machine): a
@@ -38,12 +50,15 @@ import numpy as np
 from . import kernels_disabled
 from .blas_params import gemm_params
 
-__all__ = ["matmul", "chooses", "c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE"]
+__all__ = ["matmul", "weight_grad_matmul", "chooses", "chooses_weight_grad", "c_entry", "wgrad_c_entry", "isas",
+           "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE",
+           "MIN_WGRAD_DEPTH", "MAX_WGRAD_SIDE"]
 
 MIN_ROWS = 128
 TILE_COLS = 32
 MIN_DEPTH = 16
 MAX_NARROW, MAX_WIDE = 128, 256
+MIN_WGRAD_DEPTH, MAX_WGRAD_SIDE = 512, 384
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -66,6 +81,25 @@ def c_entry():
     return None if module is None else int(module.gemm_panel_c_entry())
 
 
+def wgrad_c_entry():
+    """Address of the weight-gradient path's C entry (`ms_gemm_wgrad`, same arguments), or None."""
+    module = _module()
+    return None if module is None else int(module.gemm_wgrad_c_entry())
+
+
+def chooses_weight_grad(m, n, k, dtype):
+    """True when a compiled step runs the (m x k) @ (k x n) product of `dtype` with its left operand
+    read transposed (a weight gradient g.T @ x) on the depth-chunk path: at least MIN_ROWS rows, whole
+    32-column tiles, sides at most MAX_WGRAD_SIDE and a depth of at least 512 and twice the longer
+    side (W7's weight gradients, 3200 deep and 128 to 384 wide, and W1's 256 x 256 one). Wider
+    outputs stay on numpy's OpenBLAS: W1's 1024 x 256 and 768 x 256 gradients took 1.25x and 1.1x
+    its time on one thread."""
+    if np.dtype(dtype) not in _DTYPES or wgrad_c_entry() is None:
+        return False
+    return (m >= MIN_ROWS and n % TILE_COLS == 0 and max(m, n) <= MAX_WGRAD_SIDE and k >= MIN_WGRAD_DEPTH
+            and k >= 2 * max(m, n))
+
+
 def chooses(m, n, k, dtype):
     """True when a compiled step runs the (m x k) @ (k x n) product of `dtype` on this kernel
     (the rule of the module docstring; False when the kernel is not built)."""
@@ -82,25 +116,37 @@ class PanelProduct:
     kernel) or, through `native` ("kernel", entry, pointers, values), from the C step loop; both give
     the same bits."""
 
-    def __init__(self, module, a, b, out, params):
+    def __init__(self, module, a, b, out, params, by_depth=False):
         import ctypes
         self._gemm, self._arrays, self._params = module.gemm_panel, [a, b, out], list(params)
+        self.by_depth = by_depth
+        entry = module.gemm_wgrad_c_entry() if by_depth else module.gemm_panel_c_entry()
         pointers = (ctypes.c_void_p * 3)(a.ctypes.data, b.ctypes.data, out.ctypes.data)
-        self.native = ("kernel", int(module.gemm_panel_c_entry()), pointers,
-                       (ctypes.c_int64 * len(params))(*params))
+        self.native = ("kernel", int(entry), pointers, (ctypes.c_int64 * len(params))(*params))
 
     def __call__(self):
-        self._gemm(self._arrays, self._params, "", 0)
+        self._gemm(self._arrays, self._params, "", 0, self.by_depth)
 
 
 def step_kernel(a, b, out, params):
     """The compiled step's kernel for out = a @ b with numpy's BLAS parameters `params` (see
-    mstrain.kernels.blas_params.gemm_params): a PanelProduct when `chooses` the product and it has no
-    batch dims, else None."""
+    mstrain.kernels.blas_params.gemm_params): a PanelProduct when the product has no batch dims and
+    `chooses_weight_grad` (its left operand read transposed) or `chooses` it, else None."""
     module = _module()
-    if module is None or params[9] * params[10] != 1 or not chooses(params[3], params[4], params[5], a.dtype):
+    if module is None or params[9] * params[10] != 1:
+        return None
+    m, n, k = params[3], params[4], params[5]
+    if params[1] and chooses_weight_grad(m, n, k, a.dtype):
+        return PanelProduct(module, a, b, out, params, by_depth=True)
+    if not chooses(m, n, k, a.dtype):
         return None
     return PanelProduct(module, a, b, out, params)
+
+
+def weight_grad_matmul(a, b, out=None, isa=None, threads=None):
+    """out = a @ b on the weight-gradient path (fixed depth chunks, see the module docstring), or
+    numpy's product when the kernel is not built or the operands do not fit it."""
+    return matmul(a, b, out=out, isa=isa, threads=threads, by_depth=True)
 
 
 def reference_matmul(a, b, out=None):
@@ -108,7 +154,7 @@ def reference_matmul(a, b, out=None):
     return np.matmul(a, b, out=out)
 
 
-def matmul(a, b, out=None, isa=None, threads=None):
+def matmul(a, b, out=None, isa=None, threads=None, by_depth=False):
     """out = a @ b on the packed kernel (see the module docstring), or numpy's product when the
     kernel is not built or the operands do not fit it (other dtypes, batch dims, other strides).
     `isa` names one of `isas()` (default the best), `threads` the OpenMP threads (default all)."""
@@ -119,6 +165,6 @@ def matmul(a, b, out=None, isa=None, threads=None):
     params = gemm_params(a, b, out) if module is not None and a.ndim == 2 and b.ndim == 2 else None
     if params is None:
         return reference_matmul(a, b, out=out)
-    module.gemm_panel([a, b, out], params, isa or "", int(threads or 0))
+    module.gemm_panel([a, b, out], params, isa or "", int(threads or 0), bool(by_depth))
     return out
 

@@ -35,6 +35,16 @@ namespace py = pybind11;
 // W7's products; these were at least as fast as any other (differences within the noise of a shared box).
 constexpr int64_t kDepth = 128;
 constexpr int64_t kRowsPerPass = 192;
+// The weight-gradient path (gemm_wgrad.h): depth of a block (B's packed panel, 128 x NR, stays in
+// L1), rows of A and columns of B per block, and the depth chunks (see depth_chunks). On a shared box
+// KC 64-384 and chunks of 512-2048 rows timed alike; 1024-row chunks leave work for more threads.
+constexpr int64_t kWgradDepth = 128;
+constexpr int64_t kWgradRows = 192;
+constexpr int64_t kWgradCols = 512;
+constexpr int64_t kChunkRows = 1024;
+constexpr int64_t kMinChunkRows = 256;
+constexpr int64_t kPartialElements = int64_t(1) << 22;  // the partials' memory: 16 MiB of float32
+constexpr int64_t kWgradInPlaceBytes = 2048;  // see wgrad_chunk
 
 namespace mstrain {
 namespace gemm_panel {
@@ -53,6 +63,7 @@ template <typename T> struct Ops {
     static inline V fma(V a, V b, V c) { return a * b + c; }
 };
 #include "gemm_panel.h"
+#include "gemm_wgrad.h"
 }  // namespace portable
 
 #if MS_GEMM_X86
@@ -81,6 +92,7 @@ template <> struct Ops<double> {
     static inline V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
 };
 #include "gemm_panel.h"
+#include "gemm_wgrad.h"
 }  // namespace avx2
 #pragma GCC pop_options
 
@@ -109,6 +121,7 @@ template <> struct Ops<double> {
     static inline V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
 };
 #include "gemm_panel.h"
+#include "gemm_wgrad.h"
 }  // namespace avx512
 #pragma GCC pop_options
 #endif
@@ -120,13 +133,18 @@ struct Isa {
                        int64_t, int64_t, float*);
     void (*rect_double)(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t,
                         int64_t, int64_t, int64_t, double*);
+    void (*wgrad_float)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, int64_t,
+                        int64_t, int64_t, float*, float*);
+    void (*wgrad_double)(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t,
+                         int64_t, int64_t, int64_t, double*, double*);
     int tile_rows[2], tile_cols[2];  // [float, double]
     int64_t depth[2];
 };
 
 #define MS_ISA(ns)                                                                                    \
     Isa {                                                                                             \
-        #ns, &ns::rect_float, &ns::rect_double, {ns::kTileRowsFloat, ns::kTileRowsDouble},             \
+        #ns, &ns::rect_float, &ns::rect_double, &ns::wgrad_chunk_float, &ns::wgrad_chunk_double,       \
+            {ns::kTileRowsFloat, ns::kTileRowsDouble},                                                \
             {ns::kTileColsFloat, ns::kTileColsDouble}, {ns::kDepthFloat, ns::kDepthDouble}             \
     }
 
@@ -164,8 +182,11 @@ constexpr double kThreadedWork = double(1 << 22);
 
 template <typename T>
 struct Buffers {
-    std::vector<T> b;
-    T* b_for(size_t n) { if (b.size() < n) b.resize(n); return b.data(); }
+    std::vector<T> b, a, partial;
+    static T* at_least(std::vector<T>& v, size_t n) { if (v.size() < n) v.resize(n); return v.data(); }
+    T* b_for(size_t n) { return at_least(b, n); }
+    T* a_for(size_t n) { return at_least(a, n); }
+    T* partial_for(size_t n) { return at_least(partial, n); }
 };
 
 template <typename T>
@@ -236,10 +257,97 @@ static void gemm(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* 
     }
 }
 
+// The depth chunks of an m x n weight gradient over depth k, fixed by the shape alone (never by the
+// thread count, so any number of threads gives the same bits): one below 2 x kMinChunkRows, else an
+// even number of equal chunks of at most kChunkRows (two threads each take half: W7's 3200 rows are 4
+// chunks of 800, W1's 2048 2 of 1024), fewer where the partials would pass kPartialElements.
+static int64_t depth_chunks(int64_t m, int64_t n, int64_t k) {
+    if (k < 2 * kMinChunkRows) return 1;
+    const int64_t chunks = 2 * ((k + 2 * kChunkRows - 1) / (2 * kChunkRows));
+    const int64_t most = std::max<int64_t>(2, kPartialElements / std::max<int64_t>(1, m * n) / 2 * 2);
+    return std::min(chunks, most);
+}
+
+// One unit of the weight-gradient path: chunk q's product over band b of C's rows (of `bands` in
+// whole tiles), into C for chunk 0 and into partial q - 1 (m x n, rows n apart) for the others.
+template <typename T>
+static void wgrad_unit(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb,
+                       T* c, int64_t ldc, int64_t m, int64_t n, int64_t k, int64_t chunks, int64_t q,
+                       int64_t bands, int64_t band, T* partials) {
+    constexpr int d = sizeof(T) == 8;
+    const int64_t mr = isa.tile_rows[d], nr = isa.tile_cols[d];
+    const int64_t row_tiles = (m + mr - 1) / mr;
+    const int64_t i0 = row_tiles * band / bands * mr, i1 = std::min(m, row_tiles * (band + 1) / bands * mr);
+    const int64_t p0 = k * q / chunks, p1 = k * (q + 1) / chunks;
+    if (i1 <= i0 || p1 <= p0) return;
+    T* dst = q == 0 ? c : partials + (q - 1) * m * n;
+    const int64_t ld = q == 0 ? ldc : n;
+    Buffers<T>& buf = thread_buffers<T>();
+    const int64_t kc = std::min<int64_t>(p1 - p0, kWgradDepth);
+    const int64_t panels = (std::min<int64_t>(n, kWgradCols) + nr - 1) / nr;
+    T* pa = buf.a_for(size_t(kWgradRows / mr * mr) * kc);
+    T* pb = buf.b_for(size_t(panels * nr) * kc);
+    const T* a_at = a + i0 * rsa + p0 * csa;
+    const T* b_at = b + p0 * rsb;
+    T* c_at = dst + i0 * ld;
+    const int64_t rows = i1 - i0, depth = p1 - p0;
+    if constexpr (sizeof(T) == 8) isa.wgrad_double(a_at, rsa, csa, b_at, rsb, csb, c_at, ld, rows, n, depth, pa, pb);
+    else isa.wgrad_float(a_at, rsa, csa, b_at, rsb, csb, c_at, ld, rows, n, depth, pa, pb);
+}
+
+// C's rows [r0, r1) += the partials in chunk order (each element: ((c + p1) + p2) + ...).
+template <typename T>
+static void add_partials(T* c, int64_t ldc, const T* partials, int64_t m, int64_t n, int64_t count, int64_t r0,
+                         int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+        T* row = c + i * ldc;
+        for (int64_t q = 0; q < count; ++q) {
+            const T* src = partials + q * m * n + i * n;
+            for (int64_t j = 0; j < n; ++j) row[j] += src[j];
+        }
+    }
+}
+
+// C (m x n) = A B for a weight gradient (small C, long depth k) on `threads` threads: the depth is
+// cut into depth_chunks(m, n, k) fixed chunks, each chunk's product (gemm_wgrad.h: B packed per block)
+// goes to C (the first) or a partial of its own, and the partials are added to C in chunk order. A
+// thread takes whole chunks (or, with more threads than chunks, bands of a chunk's rows), so its
+// operands are half of A and B instead of all of A for half of C. Every element is the same sums on
+// any thread count; they differ from gemm's single ascending chain only in rounding.
+template <typename T>
+static void weight_grad(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb,
+                        T* c, int64_t ldc, int64_t m, int64_t n, int64_t k, int threads) {
+    const int64_t chunks = depth_chunks(m, n, k);
+    if (double(m) * double(n) * double(k) < kThreadedWork) threads = 1;
+    const int64_t bands = threads > chunks ? (threads + chunks - 1) / chunks : 1;
+    const int64_t units = chunks * bands;
+    if (threads > units) threads = static_cast<int>(units);
+    T* partials = chunks > 1 ? thread_buffers<T>().partial_for(size_t((chunks - 1) * m * n)) : nullptr;
+    if (threads <= 1) {
+        for (int64_t u = 0; u < units; ++u)
+            wgrad_unit<T>(isa, a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, chunks, u / bands, bands, u % bands,
+                          partials);
+        if (chunks > 1) add_partials<T>(c, ldc, partials, m, n, chunks - 1, 0, m);
+        return;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+        const mstrain::ThreadShare share = mstrain::thread_share(units);
+        for (int64_t u = share.lo; u < share.hi; ++u)
+            wgrad_unit<T>(isa, a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, chunks, u / bands, bands, u % bands,
+                          partials);
+        if (chunks > 1) {
+#pragma omp barrier
+            const mstrain::ThreadShare rows = mstrain::thread_share(m);
+            add_partials<T>(c, ldc, partials, m, n, chunks - 1, rows.lo, rows.hi);
+        }
+    }
+}
+
 // ms_gemm's parameters: n = {is_double, transA, transB, M, N, K, lda, ldb, ldc,
 //                            batch0, batch1, sA0, sA1, sB0, sB1, sC0, sC1}; p = {A, B, C}
 template <typename T>
-static void run_params(const Isa& isa, void** p, const int64_t* n, int threads) {
+static void run_params(const Isa& isa, void** p, const int64_t* n, int threads, bool by_depth) {
     const int64_t rsa = n[1] ? 1 : n[6], csa = n[1] ? n[6] : 1;
     const int64_t rsb = n[2] ? 1 : n[7], csb = n[2] ? n[7] : 1;
     for (int64_t b0 = 0; b0 < n[9]; ++b0) {
@@ -247,14 +355,15 @@ static void run_params(const Isa& isa, void** p, const int64_t* n, int threads) 
             const T* a = static_cast<const T*>(p[0]) + b0 * n[11] + b1 * n[12];
             const T* b = static_cast<const T*>(p[1]) + b0 * n[13] + b1 * n[14];
             T* c = static_cast<T*>(p[2]) + b0 * n[15] + b1 * n[16];
-            gemm<T>(isa, a, rsa, csa, b, rsb, csb, c, n[8], n[3], n[4], n[5], threads);
+            if (by_depth) weight_grad<T>(isa, a, rsa, csa, b, rsb, csb, c, n[8], n[3], n[4], n[5], threads);
+            else gemm<T>(isa, a, rsa, csa, b, rsb, csb, c, n[8], n[3], n[4], n[5], threads);
         }
     }
 }
 
-static void run(const Isa& isa, void** p, const int64_t* n, int threads) {
-    if (n[0]) run_params<double>(isa, p, n, threads);
-    else run_params<float>(isa, p, n, threads);
+static void run(const Isa& isa, void** p, const int64_t* n, int threads, bool by_depth = false) {
+    if (n[0]) run_params<double>(isa, p, n, threads, by_depth);
+    else run_params<float>(isa, p, n, threads, by_depth);
 }
 
 }  // namespace
@@ -266,6 +375,12 @@ static void run(const Isa& isa, void** p, const int64_t* n, int threads) {
 extern "C" void ms_gemm_panel(void** p, const int64_t* n) {
     using namespace mstrain::gemm_panel;
     run(*best_isa(), p, n, mstrain::max_threads());
+}
+
+// The same for a weight gradient (C = g^T x, a long depth): the depth-chunk path (weight_grad).
+extern "C" void ms_gemm_wgrad(void** p, const int64_t* n) {
+    using namespace mstrain::gemm_panel;
+    run(*best_isa(), p, n, mstrain::max_threads(), true);
 }
 
 namespace {
@@ -284,14 +399,15 @@ py::list supported_names() {
     return names;
 }
 
-void gemm_panel_py(const py::list& arrays, const std::vector<int64_t>& params, const std::string& isa, int threads) {
+void gemm_panel_py(const py::list& arrays, const std::vector<int64_t>& params, const std::string& isa, int threads,
+                   bool by_depth) {
     if (arrays.size() != 3 || params.size() != 17) throw std::invalid_argument("gemm_panel: needs 3 arrays, 17 params");
     void* pointers[3];
     for (int i = 0; i < 3; ++i) pointers[i] = const_cast<void*>(arrays[i].cast<py::array>().data());
     const Isa& chosen = isa_named(isa);
     if (threads <= 0) threads = mstrain::max_threads();
     py::gil_scoped_release release;
-    mstrain::gemm_panel::run(chosen, pointers, params.data(), threads);
+    mstrain::gemm_panel::run(chosen, pointers, params.data(), threads, by_depth);
 }
 
 }  // namespace
@@ -299,9 +415,12 @@ void gemm_panel_py(const py::list& arrays, const std::vector<int64_t>& params, c
 PYBIND11_MODULE(_gemm_panel, m) {
     m.doc() = "Packed AVX-512 / AVX2 / portable GEMM with OpenMP over blocks (see core.kernels.gemm_panel).";
     m.def("gemm_panel", &gemm_panel_py, py::arg("arrays"), py::arg("params"), py::arg("isa") = "",
-          py::arg("threads") = 0,
+          py::arg("threads") = 0, py::arg("by_depth") = false,
           "C = A B for arrays = [A, B, C] with ms_gemm's 17 params; isa '' is the best supported one, "
-          "threads 0 all OpenMP threads. The caller checks shapes and strides (gemm_params).");
+          "threads 0 all OpenMP threads, by_depth the weight-gradient path (fixed depth chunks). The caller "
+          "checks shapes and strides (gemm_params).");
+    m.def("gemm_wgrad_c_entry", []() { return reinterpret_cast<uintptr_t>(&ms_gemm_wgrad); },
+          "address of `void ms_gemm_wgrad(void**, const int64_t*)` (the weight-gradient path)");
     m.def("gemm_panel_isas", &supported_names, "the instruction sets supported here, best first");
     m.def("gemm_panel_c_entry", []() { return reinterpret_cast<uintptr_t>(&ms_gemm_panel); },
           "address of `void ms_gemm_panel(void**, const int64_t*)`, for the compiled step loop");

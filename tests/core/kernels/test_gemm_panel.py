@@ -99,3 +99,82 @@ def test_the_rule_takes_transformer_products_only():
     assert not gemm_panel.chooses(2048, 256, 256, f32)               # GPT's widths: OpenBLAS
     assert not gemm_panel.chooses(768, 256, 2048, f32)
     assert not gemm_panel.chooses(3200, 128, 128, np.float16)
+
+
+# weight gradients g.T @ x: ragged rows/columns, a depth not a whole number of chunks or blocks, one
+# chunk (shallow), many chunks; g's rows over 2 KiB apart (A packed: 600 rows of float32/float64)
+WGRAD_SHAPES = [(131, 45, 1300), (128, 128, 3200), (7, 300, 600), (200, 16, 40), (96, 64, 5000),
+                (600, 40, 1100)]
+
+
+@built
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_weight_gradient_path_matches_numpy(dtype):
+    """Every instruction set, the step's layout (g read transposed, x row-major) and the others."""
+    for isa in gemm_panel.isas():
+        for m, n, k in WGRAD_SHAPES:
+            for trans_a, trans_b in [(1, 0), (0, 0), (1, 1)]:
+                a, b = _operands(m, n, k, trans_a, trans_b, dtype, seed=4)
+                out = np.full((m, n), np.nan, dtype)
+                gemm_panel.weight_grad_matmul(a, b, out=out, isa=isa, threads=2)
+                _assert_close(out, a, b)
+
+
+@built
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_weight_gradient_path_gives_the_same_bits_on_any_thread_count(dtype):
+    """The depth chunks are fixed by the depth alone; more threads than chunks cut a chunk's rows."""
+    for m, n, k in WGRAD_SHAPES:
+        a, b = _operands(m, n, k, 1, 0, dtype, seed=5)
+        one = gemm_panel.weight_grad_matmul(a, b, threads=1)
+        for threads in (2, 3, 5):
+            np.testing.assert_array_equal(gemm_panel.weight_grad_matmul(a, b, threads=threads), one)
+
+
+_SUBPROCESS = """
+import mstrain, sys, hashlib
+import numpy as np
+from mstrain.kernels import gemm_panel
+rng = np.random.default_rng(6)
+g, x = rng.uniform(-1, 1, (3200, 128)).astype(np.float32), rng.uniform(-1, 1, (3200, 96)).astype(np.float32)
+sys.stdout.write(hashlib.sha256(gemm_panel.weight_grad_matmul(g.T, x).tobytes()).hexdigest())
+"""
+
+
+@built
+def test_one_and_two_thread_processes_give_the_same_bits():
+    """The default thread count (all OpenMP threads, as the compiled step runs it) in fresh processes."""
+    import os
+    import subprocess
+    import sys
+    digests = []
+    for threads in ("1", "2"):
+        env = dict(os.environ, OMP_NUM_THREADS=threads)
+        done = subprocess.run([sys.executable, "-c", _SUBPROCESS], env=env, capture_output=True, text=True,
+                              timeout=120, check=True)
+        digests.append(done.stdout)
+    assert len(digests[0]) == 64 and digests[0] == digests[1]
+
+
+@built
+def test_the_weight_gradient_rule():
+    f32 = np.float32
+    wgrads = [(128, 128, 3200), (256, 128, 3200), (128, 256, 3200), (384, 128, 3200), (256, 256, 2048)]
+    assert all(gemm_panel.chooses_weight_grad(m, n, k, f32) for m, n, k in wgrads)
+    assert not any(gemm_panel.chooses_weight_grad(m, n, k, f32)           # W1's wide ones: OpenBLAS
+                   for m, n, k in [(1024, 256, 2048), (256, 1024, 2048), (768, 256, 2048)])
+    assert gemm_panel.chooses_weight_grad(128, 128, 3200, np.float64)
+    assert not gemm_panel.chooses_weight_grad(3200, 128, 128, f32)      # a forward product: not deep
+    assert not gemm_panel.chooses_weight_grad(1024, 1024, 1024, f32)    # square: cut by C
+    assert not gemm_panel.chooses_weight_grad(128, 72, 3200, f32)       # a ragged edge tile
+    assert not gemm_panel.chooses_weight_grad(64, 128, 3200, f32)       # few rows
+    assert not gemm_panel.chooses_weight_grad(128, 128, 3200, np.float16)
+
+
+@built
+def test_a_wide_weight_gradient_takes_fewer_chunks():
+    """1500 x 1408 outputs: the 2100-deep product's partials are capped at two chunks (16 MiB)."""
+    a, b = _operands(1500, 1408, 2100, 1, 0, np.float32, seed=7)
+    one = gemm_panel.weight_grad_matmul(a, b, threads=1)
+    _assert_close(one, a, b)
+    np.testing.assert_array_equal(gemm_panel.weight_grad_matmul(a, b, threads=2), one)
