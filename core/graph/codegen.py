@@ -42,6 +42,9 @@ _PARALLEL_MIN = 1 << 18
 _PARALLEL_WORK = 1 << 20
 _BLOCK = 1 << 13  # elements of a flat loop's blocks (a multiple of every vector width)
 _COLUMN_BLOCK = 128  # columns of a leading-axes reduction per thread task (whole cache lines of output)
+# Columns per task of an elementwise kernel with column sums: a row of 128 (a ViT's width) still
+# makes two tasks, and the vector loop covers whole tasks.
+_COLUMN_TASK = 64
 
 PRELUDE = r"""#include <cmath>
 #include <cstdint>
@@ -350,7 +353,7 @@ class KernelSource:
         """How each operand is read when short float16 rows run as spans of whole rows (see
         _span_loop): 'span' (rows one after another), 'tile' (one row read by every row: converted
         once and repeated over a span), 'scalar'; None when the layout is not of that kind."""
-        if self.group.reduce or row_strides is None or len(self.sizes) != 2 or \
+        if self.group.reduce or self.group.mode == "columns" or row_strides is None or len(self.sizes) != 2 or \
                 not 2 <= self.sizes[-1] <= _SHORT_ROW:
             return None
         n_in, width = len(self.group.pointer_inputs), self.sizes[-1]
@@ -423,7 +426,7 @@ class KernelSource:
             tiles = [k for k in range(len(self.group.pointer_inputs)) if f"tb{k}[jj]" in text]
             return self._span_loop(lines, pragma, halves_in, halves_out, tiles)
         if not halves_in and not halves_out:
-            return [pragma, f"for (int64_t j = 0; j < {self._inner_size()}; ++j) {{"] + \
+            return [pragma, f"for (int64_t j = {self._inner_start()}; j < {self._inner_size()}; ++j) {{"] + \
                 ["  " + line for line in lines] + ["}"]
         return self._chunked_loop(lines, pragma, halves_in, halves_out)
 
@@ -432,7 +435,7 @@ class KernelSource:
         float16 outputs converted from float buffers after it, by the CPU's conversion
         instructions (ms_h2f_n, ms_f2h_n); the loop itself then only computes in float."""
         size = self._inner_size()
-        head = [f"for (int64_t j0 = 0; j0 < {size}; j0 += {_HALF_CHUNK}) {{",
+        head = [f"for (int64_t j0 = {self._inner_start()}; j0 < {size}; j0 += {_HALF_CHUNK}) {{",
                 f"  const int64_t J = std::min<int64_t>({_HALF_CHUNK}, {size} - j0);"]
         head += [f"  float hb{k}[{_HALF_CHUNK}]; ms_h2f_n(a{k} + j0, hb{k}, J);" for k in halves_in]
         head += [f"  float ob{k}[{_HALF_CHUNK}];" for k in halves_out]
@@ -492,7 +495,10 @@ class KernelSource:
         return [f"{compute_type(m.dtype)} {self.stash[id(m)]}[L];" for m in costly]
 
     def _inner_size(self):
-        return "L"
+        return "c1" if self.group.mode == "columns" else "L"
+
+    def _inner_start(self):
+        return "c0" if self.group.mode == "columns" else "0"
 
     def _row_statements(self, ready):
         """Row values (one per row) whose inputs are all ready, in order."""
@@ -524,7 +530,7 @@ class KernelSource:
     def _stores(self, row_values):
         stores, n_in = [], len(self.group.pointer_inputs)
         for k, (member, dtype) in enumerate(self.group.stores):
-            if self.group.is_row_value(member) == row_values:
+            if self.group.is_row_value(member) == row_values and not self.group.is_column_sum(member):
                 cls = self.inner[n_in + k]
                 if not row_values and cls == 1 and _is_half(dtype):  # converted a chunk at a time
                     stores.append(f"ob{k}[jj] = static_cast<float>({self.var[id(member)]});")
@@ -534,11 +540,31 @@ class KernelSource:
         return stores
 
     def _full_stores(self):
-        return [m for m, _ in self.group.stores if not self.group.is_row_value(m)]
+        return [m for m, _ in self.group.stores if not self.group.is_row_value(m) and
+                not self.group.is_column_sum(m)]
+
+    def _column_body(self):
+        """Columns [c0, c1) of one row: the full-shape stores, and each column sum's running value
+        set (first row) or added to, in the sum's type: numpy's row-after-row order."""
+        group, n_in = self.group, len(self.group.pointer_inputs)
+        ref = self._ref(True)
+        first, rest = [], []
+        for k, (member, dtype) in enumerate(group.stores):
+            if group.is_column_sum(member):
+                y = f"y{k}[{'j' if self.inner[n_in + k] == 1 else f'j * t{k}'}]"
+                value = f"static_cast<{compute_type(dtype)}>({ref(member.inputs[0])})"
+                first.append(f"{y} = {store_value(dtype, value)};")
+                rest.append(f"{y} = {store_value(dtype, f'{load_value(dtype, y)} + {value}')};")
+        targets = self._full_stores() + [c.inputs[0] for c in group.columns]
+        stores = self._stores(False)
+        return ["if (first) {"] + ["  " + x for x in self._loop(targets, stores + first, "#pragma omp simd")] + \
+            ["} else {"] + ["  " + x for x in self._loop(targets, stores + rest, "#pragma omp simd")] + ["}"]
 
     def _body(self):
         """Statements for one row (row kernel) or the inner loop (elementwise)."""
         group = self.group
+        if group.mode == "columns":
+            return self._column_body()
         if not group.reduce:
             return self._loop(self._full_stores(), self._stores(False), "#pragma omp simd")
         reductions = [m for m in group.members if m.prim.kind == "reduce"]
@@ -590,6 +616,21 @@ class KernelSource:
                   "  }", "}"]
         return block + kernel
 
+    def _column_kernel(self, head, rows):
+        """Rows in order for each fixed task of _COLUMN_TASK columns (the tasks shared out between
+        threads; one thread takes them row by row): every column sum adds its rows in the same order,
+        and every element is computed by the same loop over its task, whatever the thread count."""
+        tasks = f"(L + {_COLUMN_TASK - 1}) / {_COLUMN_TASK}"
+        bounds = f"t * {_COLUMN_TASK}, std::min<int64_t>(L, (t + 1) * {_COLUMN_TASK})"
+        return [head, "  const int64_t L = n[{}];".format(len(self.sizes) - 1), f"  const int64_t rows = {rows};",
+                f"  const int64_t tasks = {tasks};",
+                f"  if (tasks > 1 && rows * L >= {parallel_min(len(self.group.members))}) {{",
+                "    #pragma omp parallel for schedule(static)",
+                "    for (int64_t t = 0; t < tasks; ++t)",
+                f"      for (int64_t o = 0; o < rows; ++o) ms_row(o, {bounds}, o == 0, p, n);",
+                "  } else {", "    for (int64_t o = 0; o < rows; ++o)",
+                f"      for (int64_t t = 0; t < tasks; ++t) ms_row(o, {bounds}, o == 0, p, n);", "  }", "}"]
+
     def source(self):
         if self.spans is not None:
             return self._span_source()
@@ -598,7 +639,8 @@ class KernelSource:
         head = [f'extern "C" void {self.symbol}(void** p, const int64_t* n) {{',
                 f"  const int64_t* st = n + {d};",
                 f"  const int64_t L = n[{d - 1}];"]
-        if d == 1 and not self.group.reduce:
+        columns = self.group.mode == "columns"
+        if d == 1 and not self.group.reduce and not columns:
             return PRELUDE + "\n".join(self._blocked_source(head[0])) + "\n"
         rows = " * ".join(f"n[{k}]" for k in range(d - 1)) or "1"
         index = [f"int64_t rem = o;"] + [f"int64_t off{k} = 0;" for k in range(n_ops)]
@@ -609,8 +651,11 @@ class KernelSource:
         body = index + self._pointers(lambda k: f" + off{k}") + self._body()
         # one row as an inlined function, called from a parallel and a serial loop (an OpenMP `if`
         # clause would still start a one-thread team on every call)
-        row = ["static inline void ms_row(int64_t o, void** p, const int64_t* n) {"] + head[1:] + \
+        signature = "int64_t o, int64_t c0, int64_t c1, bool first, " if columns else "int64_t o, "
+        row = [f"static inline void ms_row({signature}void** p, const int64_t* n) {{"] + head[1:] + \
             ["  " + x for x in body] + ["}"]
+        if columns:
+            return PRELUDE + "\n".join(row + self._column_kernel(head[0], rows)) + "\n"
         kernel = [head[0], f"  const int64_t L = n[{d - 1}];", f"  const int64_t rows = {rows};",
                   f"  if (rows > 1 && rows * L >= {parallel_min(len(self.group.members))}) {{",
                   "    #pragma omp parallel for schedule(static)",

@@ -8,7 +8,12 @@ order and grows groups over an iteration shape S:
     shape S ("full" values) or, in a group with reductions, S[:-1] + (1,) ("row" values);
   - a sum/mean/max/min over the last axis joins the group of its input and makes it a row kernel;
   - an in-place `assign` of a group value to a Parameter or optimizer state of shape S joins too,
-    so an optimizer update becomes one kernel writing parameter and moments where they are.
+    so an optimizer update becomes one kernel writing parameter and moments where they are;
+  - a float sum over every axis but the last (`sum_to` a parameter's shape, `sum` over the leading
+    axes: the gradients of a norm's scale and shift, of a bias) joins, once the groups are formed,
+    an elementwise group (no row reductions) that computes or reads its input, as a column sum:
+    the kernel adds each row into it as it goes, so a product summed only (g * xhat for a layer
+    norm's scale) is never written, and the sums of one gradient all come out of one pass over it.
 
 Groups never span another in-place update, and a group is not formed when one of its inputs
 depends on its own members (that would be a cycle). Each group becomes one `fused` node.
@@ -64,14 +69,33 @@ def _last_axis(node):
     return ndim > 0 and isinstance(axis, (int, np.integer)) and axis % ndim == ndim - 1
 
 
+def _column_sum(node):
+    """A float sum over every axis of its input but the last (a `sum_to` or `sum`, any keepdims),
+    whose rows a generated kernel can add up in numpy's order (mstrain.graph.codegen)."""
+    if node.prim.name not in ("sum_to", "sum") or node.dtype not in (np.float32, np.float64):
+        return False
+    shape = node.inputs[0].shape
+    if node.inputs[0].dtype != node.dtype or len(shape) < 2 or shape[-1] < 2 or np.prod(shape[:-1]) < 2:
+        return False
+    if node.size != shape[-1] or (node.shape and node.shape[-1] != shape[-1]):
+        return False
+    if node.prim.name == "sum_to":
+        return True
+    axis = node.attrs.get("axis")
+    axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis or ())
+    return sorted(a % len(shape) for a in axes) == list(range(len(shape) - 1))
+
+
 def _kind(node):
-    """'elementwise', 'reduce', 'assign' or None (not fusible)."""
+    """'elementwise', 'reduce', 'column', 'assign' or None (not fusible)."""
     if node.op != "call" or not _typed_inputs(node):
         return None
     if node.prim.name == "assign":
         return "assign"
     if not node.is_pure or node.dtype not in SUPPORTED:
         return None
+    if node.prim.kind == "reduce" and _column_sum(node):
+        return "column"
     if node.prim.kind == "elementwise" and node.prim.cpp is not None:
         return "elementwise"
     if node.prim.kind == "reduce" and node.prim.name in _REDUCTIONS and node.inputs[0].shape:
@@ -92,7 +116,7 @@ class _Group:
         self.members = []
         self.ids = set()
         self.reduce = False
-        self.mode = mode
+        self.mode = mode  # None (still growing), 'axes' (a lone reduction) or 'columns' (column sums)
 
     @property
     def row_shape(self):
@@ -178,7 +202,7 @@ def _acyclic(groups, node, pos, raw, war, after):
     members = [m for g in groups for m in g.members] + [node]
     if any(id(w) in ids for m in members for w in raw.get(id(m), ())):
         return False
-    lowest = min(pos[id(g.members[0])] for g in groups)
+    lowest = min([pos[id(g.members[0])] for g in groups] + [pos[id(node)]])
     ordered_after = lambda n: raw.get(id(n), []) + war.get(id(n), []) + list(after.get(id(n), ()))  # noqa: E731
     outside = [i for m in members for i in list(m.inputs) + ordered_after(m) if id(i) not in ids]
     return not _depends_on(outside, ids, lowest, pos, ordered_after)
@@ -197,13 +221,16 @@ def _joinable(candidates, node, pos, raw, war, after):
 
 
 def _form_groups(graph, pos, raw, war):
-    group_of, groups, epoch = {}, [], 0
+    group_of, groups, epoch, columns = {}, [], 0, []
     after = _order_edges(graph)
     for node in graph.nodes:
         kind = _kind(node)
         if kind is None:
             if node.is_effect:
                 epoch += 1  # nothing may be computed across a write it is not part of
+            continue
+        if kind == "column":
+            columns.append((node, epoch))  # placed once every group is complete (_add_column_sums)
             continue
         if kind == "reduction":
             group = _Group(node.inputs[0].shape, epoch, mode="axes")
@@ -234,7 +261,42 @@ def _form_groups(graph, pos, raw, war):
         group.add(node)
         group.reduce |= kind == "reduce"
         group_of[id(node)] = group
+    _add_column_sums(columns, groups, group_of, (pos, raw, war, after))
     return [g for g in groups if _worth_a_kernel(g)]
+
+
+def _column_hosts(x, epoch, groups, group_of, pos):
+    """Elementwise groups that could add up `x` as they go: the one computing it, else those
+    reading it, the ones already holding column sums first (one pass for all sums of a gradient),
+    then the latest."""
+    def usable(g):
+        return g.mode in (None, "columns") and not g.reduce and g.epoch == epoch and g.shape == tuple(x.shape)
+    own = group_of.get(id(x))
+    if own is not None:
+        return [own] if usable(own) else []
+    readers = [g for g in groups if usable(g) and any(x is i for m in g.members for i in m.inputs)]
+    return sorted(readers, key=lambda g: (g.mode != "columns", -pos[id(g.members[-1])]))
+
+
+def _add_column_sums(columns, groups, group_of, order):
+    """Each column sum joins a host group that does not read it and where it closes no cycle (hosts
+    have no row reductions: a row kernel shares rows out between threads, a column sum's kernel
+    shares columns); a `sum` left alone is a reduction kernel of its own, a `sum_to` the C step
+    loop's row sum."""
+    pos = order[0]
+    for node, epoch in columns:
+        for group in _column_hosts(node.inputs[0], epoch, groups, group_of, pos):
+            if not any(i is node for m in group.members for i in m.inputs) and _acyclic([group], node, *order):
+                group.add(node)
+                group.members.sort(key=lambda n: pos[id(n)])
+                group.mode = "columns"
+                group_of[id(node)] = group
+                break
+        else:
+            if node.prim.name == "sum":
+                group = _Group(node.inputs[0].shape, epoch, mode="axes")
+                group.add(node)
+                groups.append(group)
 
 
 def _worth_a_kernel(group):

@@ -30,9 +30,11 @@ class FusedGroup:
         self.outputs = list(outputs)
         self.shape = tuple(shape)
         self.reduce = reduce
-        # 'elementwise', 'rows' (reductions over the last axis) or 'axes' (one reduction, any axes)
+        # 'elementwise', 'rows' (reductions over the last axis), 'axes' (one reduction, any axes) or
+        # 'columns' (elementwise, with sums over every axis but the last added up row by row)
         self.mode = mode or ("rows" if reduce else "elementwise")
         self._ids = {id(m) for m in self.members}
+        self.columns = [m for m in self.members if self.mode == "columns" and m.prim.kind == "reduce"]
         externals, seen = [], set()
         for m in self.members:
             for i in m.inputs:
@@ -43,7 +45,9 @@ class FusedGroup:
         self.node_inputs = externals + [target for _, target in self.assigned]
         # (member, storage dtype) per store slot: graph outputs first, then the in-place writes
         self.stores = [(o, o.dtype) for o in self.outputs] + [(v, t.dtype) for v, t in self.assigned]
-        self.inplace_ok = not self.assigned
+        # a column sum is written row after row: it must not share the block of an input it reads
+        column_shapes = {tuple(c.shape) for c in self.columns}
+        self.inplace_ok = not self.assigned and not any(tuple(x.shape) in column_shapes for x in externals)
 
     # -- what codegen asks ---------------------------------------------------------------------
     def is_member(self, node):
@@ -53,6 +57,10 @@ class FusedGroup:
         """One value per row (a reduction or computed from reductions), not one per element."""
         return self.reduce and tuple(node.shape) != self.shape
 
+    def is_column_sum(self, node):
+        """A sum over every axis but the last, added up as the rows are computed."""
+        return self.mode == "columns" and node.prim.kind == "reduce" and id(node) in self._ids
+
     def describe(self, indent):
         """Member lines for the graph printout."""
         names = {id(m): f"m{k}" for k, m in enumerate(self.members)}
@@ -60,10 +68,10 @@ class FusedGroup:
 
         def ref(n):
             return names.get(id(n)) or ext.get(id(n)) or repr(n.value)
-        kind = {"rows": "row kernel", "axes": "reduction"}.get(self.mode, "elementwise")
+        kind = {"rows": "row kernel", "axes": "reduction", "columns": "column sums"}.get(self.mode, "elementwise")
         lines = [f"{indent}{kind} over {list(self.shape)}:"]
         for m in self.members:
-            attrs = {k: v for k, v in m.attrs.items() if k in ("axis", "keepdims")}
+            attrs = {k: v for k, v in m.attrs.items() if k in ("axis", "keepdims", "shape")}
             extra = (", " + ", ".join(f"{k}={v}" for k, v in attrs.items())) if attrs else ""
             lines.append(f"{indent}  {names[id(m)]}: {m.type_str()} = {m.prim.name}("
                          f"{', '.join(ref(i) for i in m.inputs)}{extra})")
@@ -77,7 +85,7 @@ class FusedGroup:
         row = shape[:-1] + (1,)
         stores = [a.reshape(row) if self.is_row_value(m) else a for (m, _), a in zip(self.stores, store_arrays)]
         strides = [operand_strides(a, shape) for a in list(in_arrays) + stores]
-        sizes, collapsed = collapse(shape, strides, keep_last=self.reduce)
+        sizes, collapsed = collapse(shape, strides, keep_last=self.reduce or self.mode == "columns")
         return sizes, collapsed
 
     def _reduction_source(self, in_arrays, store_arrays):
