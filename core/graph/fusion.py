@@ -284,6 +284,7 @@ def _add_column_sums(columns, groups, group_of, order):
     shares columns); a `sum` left alone is a reduction kernel of its own, a `sum_to` the C step
     loop's row sum."""
     pos = order[0]
+    columns = sorted(columns, key=lambda c: id(c[0].inputs[0]) not in group_of)  # sums of computed values first
     for node, epoch in columns:
         for group in _column_hosts(node.inputs[0], epoch, groups, group_of, pos):
             if not any(i is node for m in group.members for i in m.inputs) and _acyclic([group], node, *order):
