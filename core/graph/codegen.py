@@ -42,9 +42,6 @@ _PARALLEL_MIN = 1 << 18
 _PARALLEL_WORK = 1 << 20
 _BLOCK = 1 << 13  # elements of a flat loop's blocks (a multiple of every vector width)
 _COLUMN_BLOCK = 128  # columns of a leading-axes reduction per thread task (whole cache lines of output)
-# Columns per task of an elementwise kernel with column sums: a row of 128 (a ViT's width) still
-# makes two tasks, and the vector loop covers whole tasks.
-_COLUMN_TASK = 64
 
 PRELUDE = r"""#include <cmath>
 #include <cstdint>
@@ -543,9 +540,10 @@ class KernelSource:
         return [m for m, _ in self.group.stores if not self.group.is_row_value(m) and
                 not self.group.is_column_sum(m)]
 
-    def _column_body(self):
-        """Columns [c0, c1) of one row: the full-shape stores, and each column sum's running value
-        set (first row) or added to, in the sum's type: numpy's row-after-row order."""
+    def _column_loops(self):
+        """The full-shape loop of one row (columns [c0, c1) in an elementwise kernel), storing the
+        full outputs and setting (first row) or adding to each column sum's running value, in the
+        sum's type: rows are added one after another, as numpy's add.reduce does."""
         group, n_in = self.group, len(self.group.pointer_inputs)
         ref = self._ref(True)
         first, rest = [], []
@@ -555,28 +553,34 @@ class KernelSource:
                 value = f"static_cast<{compute_type(dtype)}>({ref(member.inputs[0])})"
                 first.append(f"{y} = {store_value(dtype, value)};")
                 rest.append(f"{y} = {store_value(dtype, f'{load_value(dtype, y)} + {value}')};")
-        targets = self._full_stores() + [c.inputs[0] for c in group.columns]
-        stores = self._stores(False)
-        return ["if (first) {"] + ["  " + x for x in self._loop(targets, stores + first, "#pragma omp simd")] + \
-            ["} else {"] + ["  " + x for x in self._loop(targets, stores + rest, "#pragma omp simd")] + ["}"]
+        targets, stores, stashed = self._full_targets(), self._stores(False), set(self.stashed)
+        head = self._loop(targets, stores + first, "#pragma omp simd")
+        self.stashed = stashed  # the other branch computes (and stashes) the same values
+        tail = self._loop(targets, stores + rest, "#pragma omp simd")
+        return ["if (first) {"] + ["  " + x for x in head] + ["} else {"] + ["  " + x for x in tail] + ["}"]
+
+    def _full_targets(self):
+        """What the full-shape loop computes: the full outputs and what the column sums add up."""
+        return self._full_stores() + [c.inputs[0] for c in self.group.columns]
 
     def _body(self):
         """Statements for one row (row kernel) or the inner loop (elementwise)."""
         group = self.group
         if group.mode == "columns":
-            return self._column_body()
+            return self._column_loops()
         if not group.reduce:
             return self._loop(self._full_stores(), self._stores(False), "#pragma omp simd")
-        reductions = [m for m in group.members if m.prim.kind == "reduce"]
+        reductions = [m for m in group.members if m.prim.kind == "reduce" and not group.is_column_sum(m)]
         ready = set()
-        lines = self._plan_stash([[r.inputs[0]] for r in reductions] + [self._full_stores()])
-        for m in group.members:
-            if m.prim.kind == "reduce":
-                lines += self._row_statements(ready)
-                lines += self._reduction(m)
-                ready.add(id(m))
+        lines = self._plan_stash([[r.inputs[0]] for r in reductions] + [self._full_targets()])
+        for m in reductions:
+            lines += self._row_statements(ready)
+            lines += self._reduction(m)
+            ready.add(id(m))
         lines += self._row_statements(ready)
-        if self._full_stores():
+        if group.columns:
+            lines += self._column_loops()
+        elif self._full_stores():
             lines += self._loop(self._full_stores(), self._stores(False), "#pragma omp simd")
         return lines + self._stores(True)
 
@@ -616,21 +620,6 @@ class KernelSource:
                   "  }", "}"]
         return block + kernel
 
-    def _column_kernel(self, head, rows):
-        """Rows in order for each fixed task of _COLUMN_TASK columns (the tasks shared out between
-        threads; one thread takes them row by row): every column sum adds its rows in the same order,
-        and every element is computed by the same loop over its task, whatever the thread count."""
-        tasks = f"(L + {_COLUMN_TASK - 1}) / {_COLUMN_TASK}"
-        bounds = f"t * {_COLUMN_TASK}, std::min<int64_t>(L, (t + 1) * {_COLUMN_TASK})"
-        return [head, "  const int64_t L = n[{}];".format(len(self.sizes) - 1), f"  const int64_t rows = {rows};",
-                f"  const int64_t tasks = {tasks};",
-                f"  if (tasks > 1 && rows * L >= {parallel_min(len(self.group.members))}) {{",
-                "    #pragma omp parallel for schedule(static)",
-                "    for (int64_t t = 0; t < tasks; ++t)",
-                f"      for (int64_t o = 0; o < rows; ++o) ms_row(o, {bounds}, o == 0, p, n);",
-                "  } else {", "    for (int64_t o = 0; o < rows; ++o)",
-                f"      for (int64_t t = 0; t < tasks; ++t) ms_row(o, {bounds}, o == 0, p, n);", "  }", "}"]
-
     def source(self):
         if self.spans is not None:
             return self._span_source()
@@ -651,11 +640,14 @@ class KernelSource:
         body = index + self._pointers(lambda k: f" + off{k}") + self._body()
         # one row as an inlined function, called from a parallel and a serial loop (an OpenMP `if`
         # clause would still start a one-thread team on every call)
-        signature = "int64_t o, int64_t c0, int64_t c1, bool first, " if columns else "int64_t o, "
+        signature = "int64_t o, int64_t c0, int64_t c1, bool first, " if columns else \
+            ("int64_t o, bool first, " if self.group.columns else "int64_t o, ")
         row = [f"static inline void ms_row({signature}void** p, const int64_t* n) {{"] + head[1:] + \
             ["  " + x for x in body] + ["}"]
-        if columns:
-            return PRELUDE + "\n".join(row + self._column_kernel(head[0], rows)) + "\n"
+        if self.group.columns:  # the threads share out fixed tasks of columns or of rows
+            from .codegen_reduce import column_tasks_kernel, row_tasks_kernel
+            tasks = column_tasks_kernel if columns else row_tasks_kernel
+            return PRELUDE + "\n".join(row + tasks(self.group, head[0], rows, len(self.sizes))) + "\n"
         kernel = [head[0], f"  const int64_t L = n[{d - 1}];", f"  const int64_t rows = {rows};",
                   f"  if (rows > 1 && rows * L >= {parallel_min(len(self.group.members))}) {{",
                   "    #pragma omp parallel for schedule(static)",

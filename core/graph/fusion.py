@@ -117,6 +117,7 @@ class _Group:
         self.ids = set()
         self.reduce = False
         self.mode = mode  # None (still growing), 'axes' (a lone reduction) or 'columns' (column sums)
+        self.columns = []  # sums over every axis but the last, added up as the rows are computed
 
     @property
     def row_shape(self):
@@ -265,39 +266,62 @@ def _form_groups(graph, pos, raw, war):
     return [g for g in groups if _worth_a_kernel(g)]
 
 
+def _externals(group):
+    return {id(i) for m in group.members for i in m.inputs if id(i) not in group.ids}
+
+
 def _column_hosts(x, epoch, groups, group_of, pos):
-    """Elementwise groups that could add up `x` as they go: the one computing it, else those
-    reading it, the ones already holding column sums first (one pass for all sums of a gradient),
-    then the latest."""
+    """Where `x` could be added up as it is computed or read, as lists of groups to merge (the host
+    first), best first. For a computed value: a row kernel reading every input of the group that
+    computes it (a layer norm's g * xhat joins the backward reading g and xhat), then that group.
+    For an input: a group reading it that already holds column sums (one pass for all sums of a
+    gradient), then row kernels, then the latest."""
     def usable(g):
-        return g.mode in (None, "columns") and not g.reduce and g.epoch == epoch and g.shape == tuple(x.shape)
+        return g.mode in (None, "columns") and g.epoch == epoch and g.shape == tuple(x.shape)
     own = group_of.get(id(x))
     if own is not None:
-        return [own] if usable(own) else []
-    readers = [g for g in groups if usable(g) and any(x is i for m in g.members for i in m.inputs)]
-    return sorted(readers, key=lambda g: (g.mode != "columns", -pos[id(g.members[-1])]))
+        if not usable(own):
+            return []
+        if own.reduce:
+            return [[own]]
+        needs = _externals(own)
+        rows = [g for g in groups if g is not own and usable(g) and g.reduce and needs <= _externals(g)]
+        return [[g, own] for g in sorted(rows, key=lambda g: -pos[id(g.members[-1])])] + [[own]]
+    readers = [g for g in groups if usable(g) and id(x) in _externals(g)]
+    return [[g] for g in sorted(readers, key=lambda g: (not g.columns, not g.reduce, -pos[id(g.members[-1])]))]
 
 
 def _add_column_sums(columns, groups, group_of, order):
-    """Each column sum joins a host group that does not read it and where it closes no cycle (hosts
-    have no row reductions: a row kernel shares rows out between threads, a column sum's kernel
-    shares columns); a `sum` left alone is a reduction kernel of its own, a `sum_to` the C step
-    loop's row sum."""
+    """Each column sum joins a host that does not read it and where it closes no cycle; a `sum` left
+    alone is a reduction kernel of its own, a `sum_to` the C step loop's row sum."""
     pos = order[0]
     columns = sorted(columns, key=lambda c: id(c[0].inputs[0]) not in group_of)  # sums of computed values first
     for node, epoch in columns:
-        for group in _column_hosts(node.inputs[0], epoch, groups, group_of, pos):
-            if not any(i is node for m in group.members for i in m.inputs) and _acyclic([group], node, *order):
-                group.add(node)
-                group.members.sort(key=lambda n: pos[id(n)])
-                group.mode = "columns"
-                group_of[id(node)] = group
+        for hosts in _column_hosts(node.inputs[0], epoch, groups, group_of, pos):
+            reads = any(i is node for g in hosts for m in g.members for i in m.inputs)
+            if not reads and _acyclic(hosts, node, *order):
+                _merge_into(hosts, groups, group_of, pos, node)
                 break
         else:
             if node.prim.name == "sum":
                 group = _Group(node.inputs[0].shape, epoch, mode="axes")
                 group.add(node)
                 groups.append(group)
+
+
+def _merge_into(hosts, groups, group_of, pos, column):
+    host = hosts[0]
+    for other in hosts[1:]:
+        for m in other.members:
+            host.add(m)
+            group_of[id(m)] = host
+        host.columns += other.columns
+        groups.remove(other)
+    host.add(column)
+    host.columns.append(column)
+    host.members.sort(key=lambda n: pos[id(n)])
+    host.mode = None if host.reduce else "columns"  # a row kernel stays one, with column sums
+    group_of[id(column)] = host
 
 
 def _worth_a_kernel(group):
@@ -325,7 +349,8 @@ def _group_outputs(group, users, graph_outputs):
 def _fused_nodes(graph, group, index, users):
     """The fused node, its projections, and {id(member output): node now standing for it}."""
     outputs = _group_outputs(group, users, {id(o) for o in graph.outputs})
-    fused = FusedGroup(f"fused{index}", group.members, outputs, group.shape, group.reduce, group.mode)
+    fused = FusedGroup(f"fused{index}", group.members, outputs, group.shape, group.reduce, group.mode,
+                       group.columns)
     single = len(outputs) == 1
     node = Node("fused", fused.node_inputs, value=fused,
                 shape=outputs[0].shape if single else None, dtype=outputs[0].dtype if single else None)

@@ -11,7 +11,7 @@ import pytest
 
 import mstrain as ms
 from mstrain import ops
-from mstrain.graph import codegen, compile_graph
+from mstrain.graph import codegen, codegen_reduce, compile_graph
 from mstrain.ops import functional as F
 from mstrain.ops.math import sum_to
 from mstrain.profiler.kernels import kernel_times
@@ -26,7 +26,7 @@ def _rand(shape, dtype=np.float32, seed=0):
 
 
 def _column_groups(graph):
-    return [n.value for n in graph.nodes if n.op == "fused" and n.value.mode == "columns"]
+    return [n.value for n in graph.nodes if n.op == "fused" and getattr(n.value, "columns", None)]
 
 
 def _labels(graph):
@@ -53,6 +53,31 @@ def test_scale_and_shift_gradients_are_one_pass_with_numpys_bits(trace_graph, dt
         np.testing.assert_array_equal(ggamma, np.add.reduce((g * xhat).reshape(rows, -1), 0))
         np.testing.assert_array_equal(gbeta, np.add.reduce(g.reshape(rows, -1), 0))
         np.testing.assert_array_equal(doubled, g * dtype(2.0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(5, 7, 33), (40, 20, 16)])
+def test_norm_backward_row_kernel_adds_the_parameter_gradients(trace_graph, dtype, shape):
+    # gy = g * gamma feeds the row reductions; g * xhat and g are summed in the same pass
+    def f(g, xhat, gamma):
+        gy = g * gamma
+        gx = gy - ops.mean(gy, -1, keepdims=True) - xhat * ops.mean(gy * xhat, -1, keepdims=True)
+        return gx, sum_to(g * xhat, gamma.shape), sum_to(g, gamma.shape)
+    g, xhat, gamma = _rand(shape, dtype), _rand(shape, dtype, 1), _rand(shape[-1:], dtype, 2)
+    fused, run = compile_graph(trace_graph(f, g, xhat, gamma), fusion=True)
+    rows = [n.value for n in fused.nodes if n.op == "fused"]
+    assert len(rows) == 1 and rows[0].mode == "rows" and len(rows[0].columns) == 2, str(fused)
+    assert "row kernel with column sums" in str(fused)
+    gx, ggamma, gbeta = run.run([g, xhat, gamma])
+    flat = int(np.prod(shape[:-1]))
+    task = codegen_reduce._COLUMN_ROWS  # partial sums of whole tasks of rows, added in order
+    for got, value in ((ggamma, g * xhat), (gbeta, g)):
+        value = value.reshape(flat, -1)
+        partial = [np.add.reduce(value[k:k + task], 0) for k in range(0, flat, task)]
+        np.testing.assert_array_equal(got, np.add.reduce(np.stack(partial), 0))
+    gy = g * gamma
+    want = gy - gy.mean(-1, keepdims=True) - xhat * (gy * xhat).mean(-1, keepdims=True)
+    np.testing.assert_allclose(gx, want, rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -179,13 +204,23 @@ def grads(g, xhat, h):
     dh = g * ops.gelu(h, approximate=False)
     return sum_to(g * xhat, (%(width)d,)), sum_to(g, (%(width)d,)), dh, ops.sum(dh, 0)
 
+def norm_grads(g, xhat, h):  # a layer norm's backward and its parameters' gradients: one row kernel
+    gy = g * h
+    gx = gy - ops.mean(gy, -1, keepdims=True) - xhat * ops.mean(gy * xhat, -1, keepdims=True)
+    return gx, sum_to(g * xhat, (%(width)d,)), sum_to(g, (%(width)d,)), ops.sum(gx, 0)
+
 rng = np.random.default_rng(0)
 g, xhat, h = ((rng.standard_normal((%(rows)d, %(width)d)) * 10).astype(np.float32) for _ in range(3))
 graph, run = compile_graph(trace(grads, g, xhat, h), fusion=True)
 assert sum(n.op == "fused" and n.value.mode == "columns" for n in graph.nodes) == 2, str(graph)
 assert run.native().python_calls == 0
 ggamma, gbeta, dh, db = run.run([g, xhat, h])
-np.savez(sys.argv[1], g=g, xhat=xhat, ggamma=ggamma, gbeta=gbeta, dh=dh, db=db)
+graph, run = compile_graph(trace(norm_grads, g, xhat, h), fusion=True)
+rows = [n.value for n in graph.nodes if n.op == "fused" and n.value.mode == "rows"]
+assert len(rows) == 1 and len(rows[0].columns) == 3, str(graph)
+gx, rgamma, rbeta, rsum = run.run([g, xhat, h])
+np.savez(sys.argv[1], g=g, xhat=xhat, h=h, ggamma=ggamma, gbeta=gbeta, dh=dh, db=db, gx=gx, rgamma=rgamma,
+         rbeta=rbeta, rsum=rsum)
 """ % {"rows": ROWS, "width": WIDTH}
 
 
@@ -198,10 +233,21 @@ def _probe(tmp_path, threads):
 
 
 def test_column_sums_have_the_same_bits_on_one_and_two_threads(tmp_path):
-    assert ROWS * WIDTH > codegen._PARALLEL_MIN and WIDTH > 2 * codegen._COLUMN_TASK
+    assert ROWS * WIDTH > codegen._PARALLEL_MIN and WIDTH > 2 * codegen_reduce._COLUMN_TASK
     one, two = _probe(tmp_path, 1), _probe(tmp_path, 2)
-    for key in ("ggamma", "gbeta", "dh", "db"):
+    for key in ("ggamma", "gbeta", "dh", "db", "gx", "rgamma", "rbeta", "rsum"):
         np.testing.assert_array_equal(one[key], two[key])
     np.testing.assert_array_equal(two["ggamma"], np.sum(one["g"] * one["xhat"], 0))  # numpy's row order
     np.testing.assert_array_equal(two["gbeta"], np.sum(one["g"], 0))
     np.testing.assert_array_equal(two["db"], np.sum(two["dh"], 0))
+    # the row kernel's sums: partial sums of 256 rows each, added in order
+    g, xhat, h = (one[k].astype(np.float64) for k in ("g", "xhat", "h"))
+    gy = g * h
+    gx = gy - gy.mean(-1, keepdims=True) - xhat * (gy * xhat).mean(-1, keepdims=True)
+    np.testing.assert_allclose(two["gx"], gx, rtol=1e-4, atol=1e-3)
+    sums = {"rgamma": (g * xhat).sum(0), "rbeta": g.sum(0), "rsum": two["gx"].astype(np.float64).sum(0)}
+    for key, want in sums.items():
+        np.testing.assert_allclose(two[key], want, rtol=1e-5, atol=1e-2)
+    tasks = ROWS // codegen_reduce._COLUMN_ROWS
+    partial = np.sum((one["g"] * one["xhat"]).reshape(tasks, -1, WIDTH), 1)
+    np.testing.assert_array_equal(two["rgamma"], np.add.reduce(partial, 0))
