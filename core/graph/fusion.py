@@ -11,9 +11,10 @@ order and grows groups over an iteration shape S:
     so an optimizer update becomes one kernel writing parameter and moments where they are;
   - a float sum over every axis but the last (`sum_to` a parameter's shape, `sum` over the leading
     axes: the gradients of a norm's scale and shift, of a bias) joins, once the groups are formed,
-    an elementwise group (no row reductions) that computes or reads its input, as a column sum:
-    the kernel adds each row into it as it goes, so a product summed only (g * xhat for a layer
-    norm's scale) is never written, and the sums of one gradient all come out of one pass over it.
+    a group that computes or reads its input, as a column sum: the kernel adds each row into it as
+    it goes, so a product only summed (g * xhat for a layer norm's scale) is never written, and a
+    gradient's sums come out of the pass that reads it anyway (a layer norm's backward row kernel
+    reads g and xhat: the small group computing g * xhat joins it with both sums).
 
 Groups never span another in-place update, and a group is not formed when one of its inputs
 depends on its own members (that would be a cycle). Each group becomes one `fused` node.
@@ -26,6 +27,7 @@ from .codegen import SUPPORTED
 from .expand import Builder
 from .group import FusedGroup
 from .ir import Graph, Node, rewrite
+from ..ops.primitive import REGISTRY
 from . import lowering  # noqa: F401  (registers the out= kernels on their primitives)
 
 _REDUCTIONS = ("sum", "mean", "max", "min")
@@ -71,7 +73,7 @@ def _last_axis(node):
 
 def _column_sum(node):
     """A float sum over every axis of its input but the last (a `sum_to` or `sum`, any keepdims),
-    whose rows a generated kernel can add up in numpy's order (mstrain.graph.codegen)."""
+    whose rows a generated kernel can add up as it computes them (mstrain.graph.codegen_reduce)."""
     if node.prim.name not in ("sum_to", "sum") or node.dtype not in (np.float32, np.float64):
         return False
     shape = node.inputs[0].shape
@@ -84,6 +86,21 @@ def _column_sum(node):
     axis = node.attrs.get("axis")
     axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis or ())
     return sorted(a % len(shape) for a in axes) == list(range(len(shape) - 1))
+
+
+def _sum_of_reshaped_rows(node):
+    """A column sum of `reshape_to(v)` that keeps v's last axis (a dense layer's bias gradient: the
+    (B*T, C) view of a (B, T, C) elementwise gradient summed over its rows) as `sum_to(v, shape)`:
+    the same rows in the same order, and now the sum can join the kernel that computes v."""
+    if node.op != "call" or node.prim.kind != "reduce" or not _typed_inputs(node) or not _column_sum(node):
+        return None
+    x = node.inputs[0]
+    if x.op != "call" or x.prim.name != "reshape_to":
+        return None
+    v = x.inputs[0]  # computed by a kernel (not a product, whose readers read the reshaped view)
+    if _kind(v) != "elementwise" or len(v.shape) < 2 or v.shape[-1] != x.shape[-1] or v.dtype != x.dtype:
+        return None
+    return Node("call", (v,), REGISTRY["sum_to"], {"shape": tuple(node.shape)}, shape=node.shape, dtype=node.dtype)
 
 
 def _kind(node):
@@ -397,6 +414,7 @@ def _order_edges(graph):
 
 def fuse_kernels(graph):
     """Replace each fusion group by one `fused` node (see the module docstring)."""
+    graph = rewrite(graph, _sum_of_reshaped_rows)
     pos = {id(n): k for k, n in enumerate(graph.nodes)}
     raw, war = _state_dependencies(graph)
     groups = _form_groups(graph, pos, raw, war)

@@ -99,6 +99,19 @@ def test_bias_gradient_sum_joins_the_kernel_computing_it(trace_graph, dtype, kee
     np.testing.assert_allclose(run.run(arrays)[1].reshape(-1), dh.sum((0, 1)), rtol=1e-5, atol=1e-5)
 
 
+def test_bias_gradient_of_a_flattened_view_joins_the_kernel_computing_it(trace_graph):
+    # a dense layer sums its (B*T, C) view of the (B, T, C) activation gradient
+    def f(dy, h):
+        dh = dy * ops.tanh(h)
+        return ops.reshape(dh, (-1, 24)), ops.sum(ops.reshape(dh, (-1, 24)), 0)
+    dy, h = _rand((3, 10, 24)), _rand((3, 10, 24), seed=1)
+    fused, run = compile_graph(trace_graph(f, dy, h), fusion=True)
+    assert _labels(fused) == ["(tanh,mul,sum_to)"], str(fused)
+    flat, total = run.run([dy, h])
+    np.testing.assert_array_equal(total, np.sum(flat, 0))
+    np.testing.assert_allclose(flat, (dy * np.tanh(h)).reshape(-1, 24), rtol=1e-6, atol=1e-6)
+
+
 def test_a_sum_read_by_its_own_host_stays_outside(trace_graph):
     # g * sum_to(g): the product reads the sum, so the sum cannot be added up while it is computed
     def f(g):
