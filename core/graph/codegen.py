@@ -423,7 +423,7 @@ class KernelSource:
             tiles = [k for k in range(len(self.group.pointer_inputs)) if f"tb{k}[jj]" in text]
             return self._span_loop(lines, pragma, halves_in, halves_out, tiles)
         if not halves_in and not halves_out:
-            return [pragma, f"for (int64_t j = {self._inner_start()}; j < {self._inner_size()}; ++j) {{"] + \
+            return [pragma, f"for (int64_t j = 0; j < {self._inner_size()}; ++j) {{"] + \
                 ["  " + line for line in lines] + ["}"]
         return self._chunked_loop(lines, pragma, halves_in, halves_out)
 
@@ -432,7 +432,7 @@ class KernelSource:
         float16 outputs converted from float buffers after it, by the CPU's conversion
         instructions (ms_h2f_n, ms_f2h_n); the loop itself then only computes in float."""
         size = self._inner_size()
-        head = [f"for (int64_t j0 = {self._inner_start()}; j0 < {size}; j0 += {_HALF_CHUNK}) {{",
+        head = [f"for (int64_t j0 = 0; j0 < {size}; j0 += {_HALF_CHUNK}) {{",
                 f"  const int64_t J = std::min<int64_t>({_HALF_CHUNK}, {size} - j0);"]
         head += [f"  float hb{k}[{_HALF_CHUNK}]; ms_h2f_n(a{k} + j0, hb{k}, J);" for k in halves_in]
         head += [f"  float ob{k}[{_HALF_CHUNK}];" for k in halves_out]
@@ -492,10 +492,7 @@ class KernelSource:
         return [f"{compute_type(m.dtype)} {self.stash[id(m)]}[L];" for m in costly]
 
     def _inner_size(self):
-        return "c1" if self.group.mode == "columns" else "L"
-
-    def _inner_start(self):
-        return "c0" if self.group.mode == "columns" else "0"
+        return "L"
 
     def _row_statements(self, ready):
         """Row values (one per row) whose inputs are all ready, in order."""
@@ -541,9 +538,9 @@ class KernelSource:
                 not self.group.is_column_sum(m)]
 
     def _column_loops(self):
-        """The full-shape loop of one row (columns [c0, c1) in an elementwise kernel), storing the
-        full outputs and setting (first row) or adding to each column sum's running value, in the
-        sum's type: rows are added one after another, as numpy's add.reduce does."""
+        """The full-shape loop of one row, storing the full outputs and setting (first row of a
+        task) or adding to each column sum's running value, in the sum's type: rows are added one
+        after another, as numpy's add.reduce does."""
         group, n_in = self.group, len(self.group.pointer_inputs)
         ref = self._ref(True)
         first, rest = [], []
@@ -628,8 +625,7 @@ class KernelSource:
         head = [f'extern "C" void {self.symbol}(void** p, const int64_t* n) {{',
                 f"  const int64_t* st = n + {d};",
                 f"  const int64_t L = n[{d - 1}];"]
-        columns = self.group.mode == "columns"
-        if d == 1 and not self.group.reduce and not columns:
+        if d == 1 and not self.group.reduce and not self.group.columns:
             return PRELUDE + "\n".join(self._blocked_source(head[0])) + "\n"
         rows = " * ".join(f"n[{k}]" for k in range(d - 1)) or "1"
         index = [f"int64_t rem = o;"] + [f"int64_t off{k} = 0;" for k in range(n_ops)]
@@ -640,14 +636,12 @@ class KernelSource:
         body = index + self._pointers(lambda k: f" + off{k}") + self._body()
         # one row as an inlined function, called from a parallel and a serial loop (an OpenMP `if`
         # clause would still start a one-thread team on every call)
-        signature = "int64_t o, int64_t c0, int64_t c1, bool first, " if columns else \
-            ("int64_t o, bool first, " if self.group.columns else "int64_t o, ")
+        signature = "int64_t o, bool first, " if self.group.columns else "int64_t o, "
         row = [f"static inline void ms_row({signature}void** p, const int64_t* n) {{"] + head[1:] + \
             ["  " + x for x in body] + ["}"]
-        if self.group.columns:  # the threads share out fixed tasks of columns or of rows
-            from .codegen_reduce import column_tasks_kernel, row_tasks_kernel
-            tasks = column_tasks_kernel if columns else row_tasks_kernel
-            return PRELUDE + "\n".join(row + tasks(self.group, head[0], rows, len(self.sizes))) + "\n"
+        if self.group.columns:  # the threads share out fixed tasks of rows (mstrain.graph.codegen_reduce)
+            from .codegen_reduce import row_tasks_kernel
+            return PRELUDE + "\n".join(row + row_tasks_kernel(self.group, head[0], rows, len(self.sizes))) + "\n"
         kernel = [head[0], f"  const int64_t L = n[{d - 1}];", f"  const int64_t rows = {rows};",
                   f"  if (rows > 1 && rows * L >= {parallel_min(len(self.group.members))}) {{",
                   "    #pragma omp parallel for schedule(static)",

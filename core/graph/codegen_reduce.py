@@ -8,11 +8,9 @@ import numpy as np
 from .codegen import (PRELUDE, _COLUMN_BLOCK, _PARALLEL_MIN, _is_half, compute_type, load_value, parallel_min,
                       storage_type, store_value)
 
-# Columns per task of an elementwise kernel with column sums: a row of 128 (a ViT's width) still
-# makes two tasks, and the vector loop covers whole tasks.
-_COLUMN_TASK = 64
-# Rows per task of a row kernel with column sums: each task adds its rows in order into its own
-# partial sums, which are then added in task order (numpy's order when there is one task).
+# Rows per task of a kernel with column sums: each task adds its rows in order into partial sums of
+# its own, which are then added in task order (numpy's order up to one task). Tasks of whole rows
+# keep the row loops and the memory reads contiguous (tasks of columns read every row in pieces).
 _COLUMN_ROWS = 256
 
 
@@ -116,28 +114,12 @@ def reduction_source(node, leading, kept_contiguous):
     return PRELUDE + "\n".join(lines + ["}"]) + "\n"
 
 
-def column_tasks_kernel(group, head, rows, d):
-    """Rows in order for each fixed task of _COLUMN_TASK columns (the tasks shared out between
-    threads; one thread takes them row by row): every column sum adds its rows in the same order,
-    and every element is computed by the same loop over its task, whatever the thread count."""
-    tasks = f"(L + {_COLUMN_TASK - 1}) / {_COLUMN_TASK}"
-    bounds = f"t * {_COLUMN_TASK}, std::min<int64_t>(L, (t + 1) * {_COLUMN_TASK})"
-    return [head, "  const int64_t L = n[{}];".format(d - 1), f"  const int64_t rows = {rows};",
-            f"  const int64_t tasks = {tasks};",
-            f"  if (tasks > 1 && rows * L >= {parallel_min(len(group.members))}) {{",
-            "    #pragma omp parallel for schedule(static)",
-            "    for (int64_t t = 0; t < tasks; ++t)",
-            f"      for (int64_t o = 0; o < rows; ++o) ms_row(o, {bounds}, o == 0, p, n);",
-            "  } else {", "    for (int64_t o = 0; o < rows; ++o)",
-            f"      for (int64_t t = 0; t < tasks; ++t) ms_row(o, {bounds}, o == 0, p, n);", "  }", "}"]
-
-
 def row_tasks_kernel(group, head, rows, d):
-    """A row kernel with column sums: fixed tasks of _COLUMN_ROWS rows (shared out between
-    threads) each add their rows in order into partial sums of their own (a (tasks, L) scratch
-    array per sum, after the stores), pointed to in place of the sums' outputs; the partial sums
-    are then added task after task. The bits do not depend on the thread count, and with one
-    task they are numpy's."""
+    """A kernel with column sums (elementwise or a row kernel): fixed tasks of _COLUMN_ROWS rows
+    (shared out between threads) each add their rows in order into partial sums of their own (a
+    (tasks, L) scratch array per sum, after the stores), pointed to in place of the sums' outputs;
+    the partial sums are then added task after task. The bits do not depend on the thread count,
+    and up to one task they are numpy's."""
     n_ptr = len(group.pointer_inputs) + len(group.stores)
     sums = [k for k, (m, _) in enumerate(group.stores) if group.is_column_sum(m)]
     point, combine = [], []

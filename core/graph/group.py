@@ -140,8 +140,8 @@ class FusedGroup:
         return run
 
     def _partial_sums(self):
-        """A row kernel's scratch for its column sums: (tasks, width) per sum (see codegen)."""
-        if self.mode != "rows" or not self.columns:
+        """The partial sums of a kernel with column sums: (tasks, width) per sum (codegen_reduce)."""
+        if not self.columns:
             return []
         tasks = -(-int(np.prod(self.shape[:-1])) // _COLUMN_ROWS)
         return [np.empty((tasks, self.shape[-1]), dtype) for m, dtype in self.stores if self.is_column_sum(m)]
