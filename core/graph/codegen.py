@@ -350,7 +350,7 @@ class KernelSource:
         """How each operand is read when short float16 rows run as spans of whole rows (see
         _span_loop): 'span' (rows one after another), 'tile' (one row read by every row: converted
         once and repeated over a span), 'scalar'; None when the layout is not of that kind."""
-        if self.group.reduce or self.group.mode == "columns" or row_strides is None or len(self.sizes) != 2 or \
+        if self.group.reduce or self.group.columns or row_strides is None or len(self.sizes) != 2 or \
                 not 2 <= self.sizes[-1] <= _SHORT_ROW:
             return None
         n_in, width = len(self.group.pointer_inputs), self.sizes[-1]
@@ -541,12 +541,11 @@ class KernelSource:
         """The full-shape loop of one row, storing the full outputs and setting (first row of a
         task) or adding to each column sum's running value, in the sum's type: rows are added one
         after another, as numpy's add.reduce does."""
-        group, n_in = self.group, len(self.group.pointer_inputs)
-        ref = self._ref(True)
+        group, ref = self.group, self._ref(True)
         first, rest = [], []
         for k, (member, dtype) in enumerate(group.stores):
-            if group.is_column_sum(member):
-                y = f"y{k}[{'j' if self.inner[n_in + k] == 1 else f'j * t{k}'}]"
+            if group.is_column_sum(member):  # a contiguous row of partial sums (FusedGroup.source)
+                y = f"y{k}[j]"
                 value = f"static_cast<{compute_type(dtype)}>({ref(member.inputs[0])})"
                 first.append(f"{y} = {store_value(dtype, value)};")
                 rest.append(f"{y} = {store_value(dtype, f'{load_value(dtype, y)} + {value}')};")
