@@ -352,7 +352,7 @@ class KernelSource:
         """How each operand is read when short float16 rows run as spans of whole rows (see
         _span_loop): 'span' (rows one after another), 'tile' (one row read by every row: converted
         once and repeated over a span), 'scalar'; None when the layout is not of that kind."""
-        if self.group.reduce or row_strides is None or len(self.sizes) != 2 or \
+        if self.group.reduce or self.group.columns or row_strides is None or len(self.sizes) != 2 or \
                 not 2 <= self.sizes[-1] <= _SHORT_ROW:
             return None
         n_in, width = len(self.group.pointer_inputs), self.sizes[-1]
@@ -526,7 +526,7 @@ class KernelSource:
     def _stores(self, row_values):
         stores, n_in = [], len(self.group.pointer_inputs)
         for k, (member, dtype) in enumerate(self.group.stores):
-            if self.group.is_row_value(member) == row_values:
+            if self.group.is_row_value(member) == row_values and not self.group.is_column_sum(member):
                 cls = self.inner[n_in + k]
                 if not row_values and cls == 1 and _is_half(dtype):  # converted a chunk at a time
                     stores.append(f"ob{k}[jj] = static_cast<float>({self.var[id(member)]});")
@@ -536,23 +536,49 @@ class KernelSource:
         return stores
 
     def _full_stores(self):
-        return [m for m, _ in self.group.stores if not self.group.is_row_value(m)]
+        return [m for m, _ in self.group.stores if not self.group.is_row_value(m) and
+                not self.group.is_column_sum(m)]
+
+    def _column_loops(self):
+        """The full-shape loop of one row, storing the full outputs and setting (first row of a
+        task) or adding to each column sum's running value, in the sum's type: rows are added one
+        after another, as numpy's add.reduce does."""
+        group, ref = self.group, self._ref(True)
+        first, rest = [], []
+        for k, (member, dtype) in enumerate(group.stores):
+            if group.is_column_sum(member):  # a contiguous row of partial sums (FusedGroup.source)
+                y = f"y{k}[j]"
+                value = f"static_cast<{compute_type(dtype)}>({ref(member.inputs[0])})"
+                first.append(f"{y} = {store_value(dtype, value)};")
+                rest.append(f"{y} = {store_value(dtype, f'{load_value(dtype, y)} + {value}')};")
+        targets, stores, stashed = self._full_targets(), self._stores(False), set(self.stashed)
+        head = self._loop(targets, stores + first, "#pragma omp simd")
+        self.stashed = stashed  # the other branch computes (and stashes) the same values
+        tail = self._loop(targets, stores + rest, "#pragma omp simd")
+        return ["if (first) {"] + ["  " + x for x in head] + ["} else {"] + ["  " + x for x in tail] + ["}"]
+
+    def _full_targets(self):
+        """What the full-shape loop computes: the full outputs and what the column sums add up."""
+        return self._full_stores() + [c.inputs[0] for c in self.group.columns]
 
     def _body(self):
         """Statements for one row (row kernel) or the inner loop (elementwise)."""
         group = self.group
+        if group.mode == "columns":
+            return self._column_loops()
         if not group.reduce:
             return self._loop(self._full_stores(), self._stores(False), "#pragma omp simd")
-        reductions = [m for m in group.members if m.prim.kind == "reduce"]
+        reductions = [m for m in group.members if m.prim.kind == "reduce" and not group.is_column_sum(m)]
         ready = set()
-        lines = self._plan_stash([[r.inputs[0]] for r in reductions] + [self._full_stores()])
-        for m in group.members:
-            if m.prim.kind == "reduce":
-                lines += self._row_statements(ready)
-                lines += self._reduction(m)
-                ready.add(id(m))
+        lines = self._plan_stash([[r.inputs[0]] for r in reductions] + [self._full_targets()])
+        for m in reductions:
+            lines += self._row_statements(ready)
+            lines += self._reduction(m)
+            ready.add(id(m))
         lines += self._row_statements(ready)
-        if self._full_stores():
+        if group.columns:
+            lines += self._column_loops()
+        elif self._full_stores():
             lines += self._loop(self._full_stores(), self._stores(False), "#pragma omp simd")
         return lines + self._stores(True)
 
@@ -600,7 +626,7 @@ class KernelSource:
         head = [f'extern "C" void {self.symbol}(void** p, const int64_t* n) {{',
                 f"  const int64_t* st = n + {d};",
                 f"  const int64_t L = n[{d - 1}];"]
-        if d == 1 and not self.group.reduce:
+        if d == 1 and not self.group.reduce and not self.group.columns:
             return PRELUDE + "\n".join(self._blocked_source(head[0])) + "\n"
         rows = " * ".join(f"n[{k}]" for k in range(d - 1)) or "1"
         index = [f"int64_t rem = o;"] + [f"int64_t off{k} = 0;" for k in range(n_ops)]
@@ -611,8 +637,12 @@ class KernelSource:
         body = index + self._pointers(lambda k: f" + off{k}") + self._body()
         # one row as an inlined function, called from a parallel and a serial loop (an OpenMP `if`
         # clause would still start a one-thread team on every call)
-        row = ["static inline void ms_row(int64_t o, void** p, const int64_t* n) {"] + head[1:] + \
+        signature = "int64_t o, bool first, " if self.group.columns else "int64_t o, "
+        row = [f"static inline void ms_row({signature}void** p, const int64_t* n) {{"] + head[1:] + \
             ["  " + x for x in body] + ["}"]
+        if self.group.columns:  # the threads share out fixed tasks of rows (mstrain.graph.codegen_reduce)
+            from .codegen_reduce import row_tasks_kernel
+            return PRELUDE + "\n".join(row + row_tasks_kernel(self.group, head[0], rows, len(self.sizes))) + "\n"
         kernel = [head[0], f"  const int64_t L = n[{d - 1}];", f"  const int64_t rows = {rows};",
                   f"  if (rows > 1 && rows * L >= {parallel_min(len(self.group.members))}) {{",
                   "    #pragma omp parallel for schedule(static)",

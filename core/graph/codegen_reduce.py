@@ -1,11 +1,17 @@
 """Generated C++ for a reduction over any axes (bias gradients, a mean over a batch): the offset
 tables of the reduced and kept elements, and the kernel source (rows accumulated in numpy's order
 when the reduced axes lead, float16 storage summed in float32). Shares the code generator's
-prelude, value loads/stores and thread blocks (mstrain.graph.codegen)."""
+prelude, value loads/stores and thread blocks (mstrain.graph.codegen). Also the thread tasks of
+kernels with column sums (sums over every axis but the last computed with their input)."""
 import numpy as np
 
-from .codegen import (PRELUDE, _COLUMN_BLOCK, _PARALLEL_MIN, _is_half, compute_type, load_value, storage_type,
-                      store_value)
+from .codegen import (PRELUDE, _COLUMN_BLOCK, _PARALLEL_MIN, _is_half, compute_type, load_value, parallel_min,
+                      storage_type, store_value)
+
+# Rows per task of a kernel with column sums: each task adds its rows in order into partial sums of
+# its own, which are then added in task order (numpy's order up to one task). Tasks of whole rows
+# keep the row loops and the memory reads contiguous (tasks of columns read every row in pieces).
+_COLUMN_ROWS = 256
 
 
 def reduction_tables(x, axes):
@@ -106,3 +112,34 @@ def reduction_source(node, leading, kept_contiguous):
                   f"    y[k] = {store_value(y_dtype, total)};",
                   "  }"]
     return PRELUDE + "\n".join(lines + ["}"]) + "\n"
+
+
+def row_tasks_kernel(group, head, rows, d):
+    """A kernel with column sums (elementwise or a row kernel): fixed tasks of _COLUMN_ROWS rows
+    (shared out between threads) each add their rows in order into partial sums of their own (a
+    (tasks, L) scratch array per sum, after the stores), pointed to in place of the sums' outputs;
+    the partial sums are then added task after task. The bits do not depend on the thread count,
+    and up to one task they are numpy's."""
+    n_ptr = len(group.pointer_inputs) + len(group.stores)
+    sums = [k for k, (m, _) in enumerate(group.stores) if group.is_column_sum(m)]
+    point, combine = [], []
+    for scratch, k in enumerate(sums, n_ptr):
+        slot, dtype = len(group.pointer_inputs) + k, group.stores[k][1]
+        t = storage_type(dtype)
+        point.append(f"    q[{slot}] = static_cast<{t}*>(p[{scratch}]) + c * L;")
+        total = store_value(dtype, f"{load_value(dtype, 'y[j]')} + {load_value(dtype, 's[c * L + j]')}")
+        combine += [f"  {{ {t}* y = static_cast<{t}*>(p[{slot}]);",
+                    f"    const {t}* s = static_cast<const {t}*>(p[{scratch}]);",
+                    "    for (int64_t j = 0; j < L; ++j) y[j] = s[j];",
+                    "    for (int64_t c = 1; c < tasks; ++c)",
+                    f"      for (int64_t j = 0; j < L; ++j) y[j] = {total};", "  }"]
+    return [head, f"  const int64_t L = n[{d - 1}];", f"  const int64_t rows = {rows};",
+            f"  const int64_t tasks = (rows + {_COLUMN_ROWS - 1}) / {_COLUMN_ROWS};",
+            "  auto task = [&](int64_t c) {", f"    void* q[{n_ptr}];",
+            f"    for (int k = 0; k < {n_ptr}; ++k) q[k] = p[k];"] + point + [
+            f"    const int64_t o0 = c * {_COLUMN_ROWS}, o1 = std::min<int64_t>(rows, o0 + {_COLUMN_ROWS});",
+            "    for (int64_t o = o0; o < o1; ++o) ms_row(o, o == o0, q, n);", "  };",
+            f"  if (tasks > 1 && rows * L >= {parallel_min(len(group.members))}) {{",
+            "    #pragma omp parallel for schedule(static)",
+            "    for (int64_t c = 0; c < tasks; ++c) task(c);",
+            "  } else {", "    for (int64_t c = 0; c < tasks; ++c) task(c);", "  }"] + combine + ["}"]

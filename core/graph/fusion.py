@@ -8,7 +8,13 @@ order and grows groups over an iteration shape S:
     shape S ("full" values) or, in a group with reductions, S[:-1] + (1,) ("row" values);
   - a sum/mean/max/min over the last axis joins the group of its input and makes it a row kernel;
   - an in-place `assign` of a group value to a Parameter or optimizer state of shape S joins too,
-    so an optimizer update becomes one kernel writing parameter and moments where they are.
+    so an optimizer update becomes one kernel writing parameter and moments where they are;
+  - a float sum over every axis but the last (`sum_to` a parameter's shape, `sum` over the leading
+    axes: the gradients of a norm's scale and shift, of a bias) joins, once the groups are formed,
+    a group that computes or reads its input, as a column sum: the kernel adds each row into it as
+    it goes, so a product only summed (g * xhat for a layer norm's scale) is never written, and a
+    gradient's sums come out of the pass that reads it anyway (a layer norm's backward row kernel
+    reads g and xhat: the small group computing g * xhat joins it with both sums).
 
 Groups never span another in-place update, and a group is not formed when one of its inputs
 depends on its own members (that would be a cycle). Each group becomes one `fused` node.
@@ -21,6 +27,7 @@ from .codegen import SUPPORTED
 from .expand import Builder
 from .group import FusedGroup
 from .ir import Graph, Node, rewrite
+from ..ops.primitive import REGISTRY
 from . import lowering  # noqa: F401  (registers the out= kernels on their primitives)
 
 _REDUCTIONS = ("sum", "mean", "max", "min")
@@ -64,14 +71,48 @@ def _last_axis(node):
     return ndim > 0 and isinstance(axis, (int, np.integer)) and axis % ndim == ndim - 1
 
 
+def _column_sum(node):
+    """A float sum over every axis of its input but the last (a `sum_to` or `sum`, any keepdims),
+    whose rows a generated kernel can add up as it computes them (mstrain.graph.codegen_reduce)."""
+    if node.prim.name not in ("sum_to", "sum") or node.dtype not in (np.float32, np.float64):
+        return False
+    shape = node.inputs[0].shape
+    if node.inputs[0].dtype != node.dtype or len(shape) < 2 or shape[-1] < 2 or np.prod(shape[:-1]) < 2:
+        return False
+    if node.size != shape[-1] or (node.shape and node.shape[-1] != shape[-1]):
+        return False
+    if node.prim.name == "sum_to":
+        return True
+    axis = node.attrs.get("axis")
+    axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis or ())
+    return sorted(a % len(shape) for a in axes) == list(range(len(shape) - 1))
+
+
+def _sum_of_reshaped_rows(node):
+    """A column sum of `reshape_to(v)` that keeps v's last axis (a dense layer's bias gradient: the
+    (B*T, C) view of a (B, T, C) elementwise gradient summed over its rows) as `sum_to(v, shape)`:
+    the same rows in the same order, and now the sum can join the kernel that computes v."""
+    if node.op != "call" or node.prim.kind != "reduce" or not _typed_inputs(node) or not _column_sum(node):
+        return None
+    x = node.inputs[0]
+    if x.op != "call" or x.prim.name != "reshape_to":
+        return None
+    v = x.inputs[0]  # computed by a kernel (not a product, whose readers read the reshaped view)
+    if _kind(v) != "elementwise" or len(v.shape) < 2 or v.shape[-1] != x.shape[-1] or v.dtype != x.dtype:
+        return None
+    return Node("call", (v,), REGISTRY["sum_to"], {"shape": tuple(node.shape)}, shape=node.shape, dtype=node.dtype)
+
+
 def _kind(node):
-    """'elementwise', 'reduce', 'assign' or None (not fusible)."""
+    """'elementwise', 'reduce', 'column', 'assign' or None (not fusible)."""
     if node.op != "call" or not _typed_inputs(node):
         return None
     if node.prim.name == "assign":
         return "assign"
     if not node.is_pure or node.dtype not in SUPPORTED:
         return None
+    if node.prim.kind == "reduce" and _column_sum(node):
+        return "column"
     if node.prim.kind == "elementwise" and node.prim.cpp is not None:
         return "elementwise"
     if node.prim.kind == "reduce" and node.prim.name in _REDUCTIONS and node.inputs[0].shape:
@@ -92,7 +133,8 @@ class _Group:
         self.members = []
         self.ids = set()
         self.reduce = False
-        self.mode = mode
+        self.mode = mode  # None (still growing), 'axes' (a lone reduction) or 'columns' (column sums)
+        self.columns = []  # sums over every axis but the last, added up as the rows are computed
 
     @property
     def row_shape(self):
@@ -178,7 +220,7 @@ def _acyclic(groups, node, pos, raw, war, after):
     members = [m for g in groups for m in g.members] + [node]
     if any(id(w) in ids for m in members for w in raw.get(id(m), ())):
         return False
-    lowest = min(pos[id(g.members[0])] for g in groups)
+    lowest = min([pos[id(g.members[0])] for g in groups] + [pos[id(node)]])
     ordered_after = lambda n: raw.get(id(n), []) + war.get(id(n), []) + list(after.get(id(n), ()))  # noqa: E731
     outside = [i for m in members for i in list(m.inputs) + ordered_after(m) if id(i) not in ids]
     return not _depends_on(outside, ids, lowest, pos, ordered_after)
@@ -197,13 +239,16 @@ def _joinable(candidates, node, pos, raw, war, after):
 
 
 def _form_groups(graph, pos, raw, war):
-    group_of, groups, epoch = {}, [], 0
+    group_of, groups, epoch, columns = {}, [], 0, []
     after = _order_edges(graph)
     for node in graph.nodes:
         kind = _kind(node)
         if kind is None:
             if node.is_effect:
                 epoch += 1  # nothing may be computed across a write it is not part of
+            continue
+        if kind == "column":
+            columns.append((node, epoch))  # placed once every group is complete (_add_column_sums)
             continue
         if kind == "reduction":
             group = _Group(node.inputs[0].shape, epoch, mode="axes")
@@ -234,7 +279,66 @@ def _form_groups(graph, pos, raw, war):
         group.add(node)
         group.reduce |= kind == "reduce"
         group_of[id(node)] = group
+    _add_column_sums(columns, groups, group_of, (pos, raw, war, after))
     return [g for g in groups if _worth_a_kernel(g)]
+
+
+def _externals(group):
+    return {id(i) for m in group.members for i in m.inputs if id(i) not in group.ids}
+
+
+def _column_hosts(x, epoch, groups, group_of, pos):
+    """Where `x` could be added up as it is computed or read, as lists of groups to merge (the host
+    first), best first. For a computed value: a row kernel reading every input of the group that
+    computes it (a layer norm's g * xhat joins the backward reading g and xhat), then that group.
+    For an input: a group reading it that already holds column sums (one pass for all sums of a
+    gradient), then row kernels, then the latest."""
+    def usable(g):
+        return g.mode in (None, "columns") and g.epoch == epoch and g.shape == tuple(x.shape)
+    own = group_of.get(id(x))
+    if own is not None:
+        if not usable(own):
+            return []
+        if own.reduce:
+            return [[own]]
+        needs = _externals(own)
+        rows = [g for g in groups if g is not own and usable(g) and g.reduce and needs <= _externals(g)]
+        return [[g, own] for g in sorted(rows, key=lambda g: -pos[id(g.members[-1])])] + [[own]]
+    readers = [g for g in groups if usable(g) and id(x) in _externals(g)]
+    return [[g] for g in sorted(readers, key=lambda g: (not g.columns, not g.reduce, -pos[id(g.members[-1])]))]
+
+
+def _add_column_sums(columns, groups, group_of, order):
+    """Each column sum joins a host that does not read it and where it closes no cycle; a `sum` left
+    alone is a reduction kernel of its own, a `sum_to` the C step loop's row sum."""
+    pos = order[0]
+    columns = sorted(columns, key=lambda c: id(c[0].inputs[0]) not in group_of)  # sums of computed values first
+    for node, epoch in columns:
+        for hosts in _column_hosts(node.inputs[0], epoch, groups, group_of, pos):
+            reads = any(i is node for g in hosts for m in g.members for i in m.inputs)
+            if not reads and _acyclic(hosts, node, *order):
+                _merge_into(hosts, groups, group_of, pos, node)
+                break
+        else:
+            if node.prim.name == "sum":
+                group = _Group(node.inputs[0].shape, epoch, mode="axes")
+                group.add(node)
+                groups.append(group)
+
+
+def _merge_into(hosts, groups, group_of, pos, column):
+    host = hosts[0]
+    for other in hosts[1:]:
+        for m in other.members:
+            host.add(m)
+            group_of[id(m)] = host
+        host.columns += other.columns
+        groups.remove(other)
+    host.add(column)
+    host.columns.append(column)
+    host.members.sort(key=lambda n: pos[id(n)])
+    host.mode = None if host.reduce else "columns"  # a row kernel stays one, with column sums
+    group_of[id(column)] = host
 
 
 def _worth_a_kernel(group):
@@ -262,7 +366,8 @@ def _group_outputs(group, users, graph_outputs):
 def _fused_nodes(graph, group, index, users):
     """The fused node, its projections, and {id(member output): node now standing for it}."""
     outputs = _group_outputs(group, users, {id(o) for o in graph.outputs})
-    fused = FusedGroup(f"fused{index}", group.members, outputs, group.shape, group.reduce, group.mode)
+    fused = FusedGroup(f"fused{index}", group.members, outputs, group.shape, group.reduce, group.mode,
+                       group.columns)
     single = len(outputs) == 1
     node = Node("fused", fused.node_inputs, value=fused,
                 shape=outputs[0].shape if single else None, dtype=outputs[0].dtype if single else None)
@@ -309,6 +414,7 @@ def _order_edges(graph):
 
 def fuse_kernels(graph):
     """Replace each fusion group by one `fused` node (see the module docstring)."""
+    graph = rewrite(graph, _sum_of_reshaped_rows)
     pos = {id(n): k for k, n in enumerate(graph.nodes)}
     raw, war = _state_dependencies(graph)
     groups = _form_groups(graph, pos, raw, war)

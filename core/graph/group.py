@@ -12,7 +12,7 @@ import numpy as np
 
 from . import build as _build
 from .codegen import KernelSource, collapse, operand_strides
-from .codegen_reduce import reduction_source, reduction_tables
+from .codegen_reduce import _COLUMN_ROWS, reduction_source, reduction_tables
 
 
 def _scalar_const(node):
@@ -22,7 +22,7 @@ def _scalar_const(node):
 class FusedGroup:
     """Members (calls in order), what the kernel reads, and what it stores where."""
 
-    def __init__(self, name, members, outputs, shape, reduce, mode=None):
+    def __init__(self, name, members, outputs, shape, reduce, mode=None, columns=()):
         self.name = name
         self.members = [m for m in members if m.prim.name != "assign"]
         # in-place writes: (member value, Parameter or state node it is written into)
@@ -30,9 +30,13 @@ class FusedGroup:
         self.outputs = list(outputs)
         self.shape = tuple(shape)
         self.reduce = reduce
-        # 'elementwise', 'rows' (reductions over the last axis) or 'axes' (one reduction, any axes)
+        # 'elementwise', 'rows' (reductions over the last axis), 'axes' (one reduction, any axes) or
+        # 'columns' (elementwise, with sums over every axis but the last added up row by row)
         self.mode = mode or ("rows" if reduce else "elementwise")
         self._ids = {id(m) for m in self.members}
+        # column sums (sums over every axis but the last), in an elementwise or a row kernel
+        self._column_ids = {id(c) for c in columns}
+        self.columns = [m for m in self.members if id(m) in self._column_ids]
         externals, seen = [], set()
         for m in self.members:
             for i in m.inputs:
@@ -43,7 +47,9 @@ class FusedGroup:
         self.node_inputs = externals + [target for _, target in self.assigned]
         # (member, storage dtype) per store slot: graph outputs first, then the in-place writes
         self.stores = [(o, o.dtype) for o in self.outputs] + [(v, t.dtype) for v, t in self.assigned]
-        self.inplace_ok = not self.assigned
+        # a column sum is written row after row: it must not share the block of an input it reads
+        column_shapes = {tuple(c.shape) for c in self.columns}
+        self.inplace_ok = not self.assigned and not any(tuple(x.shape) in column_shapes for x in externals)
 
     # -- what codegen asks ---------------------------------------------------------------------
     def is_member(self, node):
@@ -51,7 +57,11 @@ class FusedGroup:
 
     def is_row_value(self, node):
         """One value per row (a reduction or computed from reductions), not one per element."""
-        return self.reduce and tuple(node.shape) != self.shape
+        return self.reduce and tuple(node.shape) != self.shape and id(node) not in self._column_ids
+
+    def is_column_sum(self, node):
+        """A sum over every axis but the last, added up as the rows are computed."""
+        return id(node) in self._column_ids
 
     def describe(self, indent):
         """Member lines for the graph printout."""
@@ -60,10 +70,11 @@ class FusedGroup:
 
         def ref(n):
             return names.get(id(n)) or ext.get(id(n)) or repr(n.value)
-        kind = {"rows": "row kernel", "axes": "reduction"}.get(self.mode, "elementwise")
+        kind = {"rows": "row kernel", "axes": "reduction", "columns": "column sums"}.get(self.mode, "elementwise")
+        kind += " with column sums" if self.columns and self.mode == "rows" else ""
         lines = [f"{indent}{kind} over {list(self.shape)}:"]
         for m in self.members:
-            attrs = {k: v for k, v in m.attrs.items() if k in ("axis", "keepdims")}
+            attrs = {k: v for k, v in m.attrs.items() if k in ("axis", "keepdims", "shape")}
             extra = (", " + ", ".join(f"{k}={v}" for k, v in attrs.items())) if attrs else ""
             lines.append(f"{indent}  {names[id(m)]}: {m.type_str()} = {m.prim.name}("
                          f"{', '.join(ref(i) for i in m.inputs)}{extra})")
@@ -77,7 +88,7 @@ class FusedGroup:
         row = shape[:-1] + (1,)
         stores = [a.reshape(row) if self.is_row_value(m) else a for (m, _), a in zip(self.stores, store_arrays)]
         strides = [operand_strides(a, shape) for a in list(in_arrays) + stores]
-        sizes, collapsed = collapse(shape, strides, keep_last=self.reduce)
+        sizes, collapsed = collapse(shape, strides, keep_last=self.reduce or self.mode == "columns")
         return sizes, collapsed
 
     def _reduction_source(self, in_arrays, store_arrays):
@@ -100,6 +111,8 @@ class FusedGroup:
         classes = [0 if st[-1] == 0 else (1 if st[-1] == 1 else 2) for st in strides]
         n_in = len(self.pointer_inputs)
         for (m, _), cls in zip(self.stores, classes[n_in:]):
+            if self.is_column_sum(m) and cls != 1:
+                raise ValueError(f"{self.name}: a column sum's output buffer is not contiguous")
             if cls == 0 and not self.is_row_value(m) and sizes[-1] > 1:
                 raise ValueError(f"{self.name}: an output buffer is broadcast")
         row_strides = [st[0] for st in strides] if len(sizes) == 2 else None
@@ -118,13 +131,20 @@ class FusedGroup:
         except (_build.KernelBuildError, OSError, ValueError) as exc:
             warnings.warn(f"graph kernel {self.name} runs on numpy: {exc}")
             return self._numpy(ins, outs)
-        arrays = in_arrays + store_arrays  # kept alive by the closure
+        arrays = in_arrays + store_arrays + self._partial_sums()  # kept alive by the closure
         pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         values = (ctypes.c_int64 * len(params))(*params)
         run = partial(function, ctypes.addressof(pointers), ctypes.addressof(values))
         run.keep = (arrays, pointers, values)
         run.native = ("kernel", function, pointers, values)  # what the C step runner calls directly
         return run
+
+    def _partial_sums(self):
+        """The partial sums of a kernel with column sums: (tasks, width) per sum (codegen_reduce)."""
+        if not self.columns:
+            return []
+        tasks = -(-int(np.prod(self.shape[:-1])) // _COLUMN_ROWS)
+        return [np.empty((tasks, self.shape[-1]), dtype) for m, dtype in self.stores if self.is_column_sum(m)]
 
     def _numpy(self, ins, outs):
         """The members one by one with their numpy kernels (no compiler, or a failed build)."""

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from mstrain.graph import codegen
+from mstrain.graph import codegen, codegen_reduce
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -49,6 +49,7 @@ _, gelu = compile_graph(trace(lambda a: ops.gelu(a, approximate=False) * 3.0 + a
 normed, squares = rows.run([x, r, w, b])
 g = (rng.standard_normal((%(bias_rows)d, %(bias_cols)d)) * 1e3).astype(np.float32)
 _, bias_sum = compile_graph(trace(lambda a: ops.sum(a * 0.5, 0), g), fusion=True)
+_, axes_sum = compile_graph(trace(lambda a: ops.sum(a, 0), g), fusion=True)  # a reduction kernel of its own
 _, row_sum = compile_graph(trace(lambda a: sum_to(a, (%(bias_cols)d,)), g), fusion=False)
 _, last_sum = compile_graph(trace(lambda a: sum_to(a, (%(bias_rows)d, 1)), g), fusion=False)
 assert row_sum.native().python_calls == 0 and last_sum.native().python_calls == 0
@@ -64,7 +65,7 @@ _, update = compile_graph(trace(adamw, *state), fusion=True)
 fused = [n for n in update.plan_nodes if n.op == "fused"]
 assert len(fused) == 1 and len(fused[0].value.members) >= %(update_ops)d, [n.op for n in update.plan_nodes]
 np.savez(sys.argv[1], x=x, r=r, w=w, b=b, flat=flat, normed=normed, squares=squares, gelu=gelu.run([flat])[0],
-         g=g, bias_sum=bias_sum.run([g])[0], row_sum=row_sum.run([g])[0], last_sum=last_sum.run([g])[0],
+         g=g, bias_sum=bias_sum.run([g])[0], axes_sum=axes_sum.run([g])[0], row_sum=row_sum.run([g])[0], last_sum=last_sum.run([g])[0],
          state=np.stack(state), updated=np.stack(update.run(state)))
 """ % {"rows": ROWS, "width": WIDTH, "flat": FLAT, "bias_rows": BIAS_ROWS, "bias_cols": BIAS_COLS,
        "update": UPDATE, "update_ops": UPDATE_OPS}
@@ -92,9 +93,14 @@ def test_kernels_of_few_ops_keep_the_element_threshold():
 def test_threaded_kernels_match_numpy_and_one_thread_bit_for_bit(tmp_path):
     from scipy.special import erf
     one, two = _probe(tmp_path, 1), _probe(tmp_path, 2)
-    for key in ("normed", "squares", "gelu", "bias_sum", "row_sum", "last_sum", "updated"):
+    for key in ("normed", "squares", "gelu", "bias_sum", "axes_sum", "row_sum", "last_sum", "updated"):
         np.testing.assert_array_equal(one[key], two[key])
-    np.testing.assert_array_equal(two["bias_sum"], np.sum(one["g"] * np.float32(0.5), 0))  # numpy's row order
+    # the sum joins the kernel computing a * 0.5: rows in order within tasks, then the tasks in order
+    task = codegen_reduce._COLUMN_ROWS
+    halves = one["g"] * np.float32(0.5)
+    partial = np.stack([np.sum(halves[k:k + task], 0) for k in range(0, BIAS_ROWS, task)])
+    np.testing.assert_array_equal(two["bias_sum"], np.sum(partial, 0))
+    np.testing.assert_array_equal(two["axes_sum"], np.sum(one["g"], 0))  # numpy's row order
     np.testing.assert_array_equal(two["row_sum"], np.sum(one["g"], 0))
     np.testing.assert_array_equal(two["last_sum"], np.add.reduce(one["g"], axis=-1, keepdims=True))
     h = (one["x"] + one["r"]).astype(np.float64)
