@@ -307,14 +307,21 @@ extern "C" void ms_gemm(void** p, const int64_t* n) {
 
 /* C = A B + bias (a row vector of N values, p[3]): every row of C starts as the bias and BLAS adds
    the product with beta 1. The same bits as the product then the add only while BLAS adds the
-   product in one piece (K within its depth block, see blas_bias_depth in native.py). */
+   product in one piece (K within its depth block, see mstrain.graph.gemm_bias). The rows are written
+   on the OpenMP threads a generated kernel of that size would use (the add it replaces). */
 template <typename T>
 static void gemm_bias(void** p, const int64_t* n) {
   const T* bias = static_cast<const T*>(p[3]);
+  const int64_t rows = n[3], cols = n[4], ldc = n[8];
   for (int64_t b0 = 0; b0 < n[9]; ++b0)
     for (int64_t b1 = 0; b1 < n[10]; ++b1) {
       T* c = static_cast<T*>(p[2]) + b0 * n[15] + b1 * n[16];
-      for (int64_t i = 0; i < n[3]; ++i) std::memcpy(c + i * n[8], bias, sizeof(T) * n[4]);
+      if (rows > 1 && rows * cols >= MS_PARALLEL_MIN) {
+        #pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, bias, sizeof(T) * cols);
+      } else {
+        for (int64_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, bias, sizeof(T) * cols);
+      }
     }
   gemm_batches<T>(p, n, T(1));
 }
