@@ -13,7 +13,9 @@ whose only reader is that kernel, the kernel is elementwise over
 exactly the product's shape, writes no state, and has an output of that shape and dtype (where the
 product is written; a bias add kept for the activation's gradient is one). The numbers are the unmerged
 graph's: the same product call (BLAS or mstrain.kernels.thin_gemm), then the same generated kernel
-on the same values.
+on the same values. Where the kernel starts with a dense layer's bias add, the product adds the bias
+itself where that keeps those bits (mstrain.graph.gemm_bias) and the kernel runs without the add (a
+plain dense layer: no kernel at all); the node still reads `fused(matmul, add, ...)`.
 """
 import numpy as np
 
@@ -61,11 +63,17 @@ class GemmEpilogue:
                 product = lowering.impl_kernel(self.product, product_ins, [out])
             product = _attach_gemm(product, self.product, product_ins, out)
         group_ins = rest[:self.product_slot] + [out] + rest[self.product_slot:]
-        kernel = self.group.build(group_ins, list(outs))
-
-        def run():
-            product()
-            kernel()
+        biased = _bias_in_product(self.group, self.product_slot, product, group_ins, outs, out)
+        if biased is not None:
+            product, kernel = biased
+        else:
+            kernel = self.group.build(group_ins, list(outs))
+        if kernel is None:
+            run = lambda: product()  # noqa: E731
+        else:
+            def run():
+                product()
+                kernel()
         run.keep = (product, kernel)
         steps = _native_steps(product, kernel)
         if steps is not None:
@@ -73,8 +81,30 @@ class GemmEpilogue:
         return run
 
 
+def _bias_in_product(group, product_slot, product, group_ins, outs, out):
+    """(the product adding the bias, the group's kernel without the add or None) when the bias add
+    goes into the product (see mstrain.graph.gemm_bias), else None."""
+    from . import gemm_bias
+    split = gemm_bias.split_bias(group, product_slot, _output_slot(group, out.dtype))
+    if split is None:
+        return None
+    add, bias_node, rest = split
+    arrays = {id(node): array for node, array in zip(group.pointer_inputs, group_ins)}
+    bias = arrays[id(bias_node)]
+    if not isinstance(bias, np.ndarray):
+        return None
+    biased = gemm_bias.bias_product(product, bias.reshape(bias.shape[-1:]), out)
+    if biased is None:
+        return None
+    if rest is None:
+        return biased, None
+    arrays[id(add)] = out
+    kept = [array for value, array in zip(group.outputs, outs) if value is not add]
+    return biased, rest.build([arrays[id(node)] for node in rest.pointer_inputs], kept)
+
+
 def _native_steps(product, kernel):
-    """The C calls of the product then the kernel, or None when one of them has none."""
+    """The C calls of the product then the kernel (if any), or None when one of them has none."""
     from . import native
     if native.runtime() is None:
         return None
@@ -86,6 +116,8 @@ def _native_steps(product, kernel):
         if call is None:
             return None
         steps = [call]
+    if kernel is None:
+        return steps
     kernel_native = getattr(kernel, "native", None)
     if kernel_native is None or kernel_native[0] != "kernel":
         return None

@@ -294,32 +294,62 @@ extern "C" void ms_set_blas(void* sgemm, void* dgemm, int64_t ilp64) {
 }
 
 /* p = {A, B, C}; n = {is_double, transA, transB, M, N, K, lda, ldb, ldc,
-                       batch0, batch1, sA0, sA1, sB0, sB1, sC0, sC1}  (batch strides in elements) */
-extern "C" void ms_gemm(void** p, const int64_t* n) {
+                       batch0, batch1, sA0, sA1, sB0, sB1, sC0, sC1}  (batch strides in elements);
+   beta 0: C = A B, numpy's call; beta 1: C += A B (ms_gemm_bias has written the bias into C) */
+template <typename T>
+static void gemm_batches(void** p, const int64_t* n, T beta) {
   const int ta = n[1] ? 112 : 111, tb = n[2] ? 112 : 111;
   blas_threads_for(static_cast<double>(n[3]) * n[4] * n[5] * n[9] * n[10]);
   for (int64_t b0 = 0; b0 < n[9]; ++b0) {
     for (int64_t b1 = 0; b1 < n[10]; ++b1) {
       const int64_t oa = b0 * n[11] + b1 * n[12], ob = b0 * n[13] + b1 * n[14], oc = b0 * n[15] + b1 * n[16];
-      if (n[0]) {
-        const double* a = static_cast<const double*>(p[0]) + oa;
-        const double* b = static_cast<const double*>(p[1]) + ob;
-        double* c = static_cast<double*>(p[2]) + oc;
+      const T* a = static_cast<const T*>(p[0]) + oa;
+      const T* b = static_cast<const T*>(p[1]) + ob;
+      T* c = static_cast<T*>(p[2]) + oc;
+      if constexpr (sizeof(T) == 8) {
         if (g_ilp64) reinterpret_cast<dgemm64_t>(g_dgemm)(101, ta, tb, n[3], n[4], n[5], 1.0, a, n[6],
-                                                      b, n[7], 0.0, c, n[8]);
+                                                      b, n[7], beta, c, n[8]);
         else reinterpret_cast<dgemm32_t>(g_dgemm)(101, ta, tb, n[3], n[4], n[5], 1.0, a, n[6],
-                                              b, n[7], 0.0, c, n[8]);
+                                              b, n[7], beta, c, n[8]);
       } else {
-        const float* a = static_cast<const float*>(p[0]) + oa;
-        const float* b = static_cast<const float*>(p[1]) + ob;
-        float* c = static_cast<float*>(p[2]) + oc;
         if (g_ilp64) reinterpret_cast<sgemm64_t>(g_sgemm)(101, ta, tb, n[3], n[4], n[5], 1.0f, a, n[6],
-                                                      b, n[7], 0.0f, c, n[8]);
+                                                      b, n[7], beta, c, n[8]);
         else reinterpret_cast<sgemm32_t>(g_sgemm)(101, ta, tb, n[3], n[4], n[5], 1.0f, a, n[6],
-                                              b, n[7], 0.0f, c, n[8]);
+                                              b, n[7], beta, c, n[8]);
       }
     }
   }
+}
+
+extern "C" void ms_gemm(void** p, const int64_t* n) {
+  if (n[0]) gemm_batches<double>(p, n, 0.0);
+  else gemm_batches<float>(p, n, 0.0f);
+}
+
+/* C = A B + bias (a row vector of N values, p[3]): every row of C starts as the bias and BLAS adds
+   the product with beta 1. The same bits as the product then the add only while BLAS adds the
+   product in one piece (K within its depth block, see mstrain.graph.gemm_bias). The rows are written
+   on the OpenMP threads a generated kernel of that size would use (the add it replaces). */
+template <typename T>
+static void gemm_bias(void** p, const int64_t* n) {
+  const T* bias = static_cast<const T*>(p[3]);
+  const int64_t rows = n[3], cols = n[4], ldc = n[8];
+  for (int64_t b0 = 0; b0 < n[9]; ++b0)
+    for (int64_t b1 = 0; b1 < n[10]; ++b1) {
+      T* c = static_cast<T*>(p[2]) + b0 * n[15] + b1 * n[16];
+      if (rows > 1 && rows * cols >= MS_PARALLEL_MIN) {
+        #pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, bias, sizeof(T) * cols);
+      } else {
+        for (int64_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, bias, sizeof(T) * cols);
+      }
+    }
+  gemm_batches<T>(p, n, T(1));
+}
+
+extern "C" void ms_gemm_bias(void** p, const int64_t* n) {
+  if (n[0]) gemm_bias<double>(p, n);
+  else gemm_bias<float>(p, n);
 }
 """
 
@@ -334,6 +364,7 @@ class _Runtime:
     library = None
     failed = False
     gemm = None  # address of ms_gemm when numpy's BLAS was found
+    gemm_bias = None  # address of ms_gemm_bias (the product plus a row vector), with gemm
     sum_rows = None  # address of ms_sum_rows
     sum_last = None  # address of ms_sum_last
 
@@ -446,7 +477,7 @@ def c_call(native):
     kind = native[0] if native is not None else None
     if kind == "kernel":
         return tuple(native[1:])
-    entry = {"gemm": _Runtime.gemm, "sum_rows": _Runtime.sum_rows, "sum_last": _Runtime.sum_last,
+    entry = {"gemm": _Runtime.gemm, "gemm_bias": _Runtime.gemm_bias, "sum_rows": _Runtime.sum_rows, "sum_last": _Runtime.sum_last,
              "thin_gemm": _thin_gemm_entry()}.get(kind)
     if entry is None:
         return None
@@ -481,6 +512,7 @@ def runtime():
         if blas is not None:
             library.ms_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]), ctypes.c_int64(blas[2]))
             _Runtime.gemm = ctypes.cast(library.ms_gemm, ctypes.c_void_p).value
+            _Runtime.gemm_bias = ctypes.cast(library.ms_gemm_bias, ctypes.c_void_p).value
         threads = numpy_blas_thread_addresses()
         if threads is not None:
             library.ms_set_blas_threads(ctypes.c_void_p(threads[0]), ctypes.c_void_p(threads[1]),

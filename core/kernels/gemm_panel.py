@@ -1,14 +1,16 @@
 """A packed GEMM for transformer-shaped products: thousands of rows times 16 to 1024 columns.
 
-    matmul(a, b, out=None, isa=None, threads=None)  -> out = a @ b
+    matmul(a, b, out=None, isa=None, threads=None, bias=None)  -> out = a @ b (+ bias)
         a (m, k), b (k, n) float32 or float64 of one dtype, each C-ordered or a transposed view of a
-        C-ordered array (a weight read as W.T, activations read as X.T); out (m, n) C-contiguous.
+        C-ordered array (a weight read as W.T, activations read as X.T); out (m, n) C-contiguous;
+        bias (n,) of that dtype: added to every row of the finished product, the bits of a @ b + bias.
     weight_grad_matmul(a, b, out=None, isa=None, threads=None)  -> out = a @ b on the depth-chunk
         path for a weight gradient g.T @ x (small output, long depth; see below)
     chooses(m, n, k, dtype)   the rule below: does a compiled step run this product here?
     c_entry()                 address of `void ms_gemm_panel(void**, const int64_t*)`, which takes numpy's
                               BLAS call's pointers and parameters (`mstrain.kernels.blas_params.gemm_params`),
                               or None when the extension is not built or kernels are disabled
+    bias_c_entry()            the same for `ms_gemm_panel_bias`, whose pointers are {A, B, C, bias}
     isas()                    the instruction sets this machine runs, best first
 
 The kernel (core/kernels/src/gemm_panel.cpp, body in gemm_panel.h) is compiled for AVX-512, for
@@ -50,9 +52,9 @@ import numpy as np
 from . import kernels_disabled
 from .blas_params import gemm_params
 
-__all__ = ["matmul", "weight_grad_matmul", "chooses", "chooses_weight_grad", "c_entry", "wgrad_c_entry", "isas",
-           "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS", "MAX_NARROW", "MAX_WIDE",
-           "MIN_WGRAD_DEPTH", "MAX_WGRAD_SIDE"]
+__all__ = ["matmul", "weight_grad_matmul", "chooses", "chooses_weight_grad", "c_entry", "bias_c_entry",
+           "wgrad_c_entry", "isas", "step_kernel", "PanelProduct", "reference_matmul", "MIN_ROWS", "TILE_COLS",
+           "MAX_NARROW", "MAX_WIDE", "MIN_WGRAD_DEPTH", "MAX_WGRAD_SIDE"]
 
 MIN_ROWS = 128
 TILE_COLS = 32
@@ -100,6 +102,12 @@ def chooses_weight_grad(m, n, k, dtype):
             and k >= 2 * max(m, n))
 
 
+def bias_c_entry():
+    """Address of the C entry adding a bias row to the product (pointers {A, B, C, bias}), or None."""
+    module = _module()
+    return None if module is None else int(module.gemm_panel_bias_c_entry())
+
+
 def chooses(m, n, k, dtype):
     """True when a compiled step runs the (m x k) @ (k x n) product of `dtype` on this kernel
     (the rule of the module docstring; False when the kernel is not built)."""
@@ -120,6 +128,7 @@ class PanelProduct:
         import ctypes
         self._gemm, self._arrays, self._params = module.gemm_panel, [a, b, out], list(params)
         self.by_depth = by_depth
+        self.operands, self.params = (a, b, out), list(params)
         entry = module.gemm_wgrad_c_entry() if by_depth else module.gemm_panel_c_entry()
         pointers = (ctypes.c_void_p * 3)(a.ctypes.data, b.ctypes.data, out.ctypes.data)
         self.native = ("kernel", int(entry), pointers, (ctypes.c_int64 * len(params))(*params))
@@ -154,17 +163,27 @@ def reference_matmul(a, b, out=None):
     return np.matmul(a, b, out=out)
 
 
-def matmul(a, b, out=None, isa=None, threads=None, by_depth=False):
-    """out = a @ b on the packed kernel (see the module docstring), or numpy's product when the
-    kernel is not built or the operands do not fit it (other dtypes, batch dims, other strides).
-    `isa` names one of `isas()` (default the best), `threads` the OpenMP threads (default all)."""
+def matmul(a, b, out=None, isa=None, threads=None, bias=None, by_depth=False):
+    """out = a @ b (+ bias) on the packed kernel (see the module docstring), or numpy's product (then
+    the add) when the kernel is not built or the operands do not fit it (other dtypes, batch dims,
+    other strides, a bias that is not one contiguous row of out's width and dtype). `isa` names one of
+    `isas()` (default the best), `threads` the OpenMP threads (default all), `by_depth` the
+    weight-gradient path (no bias)."""
     a, b = np.asarray(a), np.asarray(b)
     if out is None:
         out = np.empty(a.shape[:-1] + b.shape[-1:], np.result_type(a, b))
     module = _module()
     params = gemm_params(a, b, out) if module is not None and a.ndim == 2 and b.ndim == 2 else None
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.shape != out.shape[-1:] or bias.dtype != out.dtype or not bias.flags.c_contiguous:
+            params = None
     if params is None:
-        return reference_matmul(a, b, out=out)
-    module.gemm_panel([a, b, out], params, isa or "", int(threads or 0), bool(by_depth))
+        reference_matmul(a, b, out=out)
+        if bias is not None:
+            out += bias
+        return out
+    arrays = [a, b, out] if bias is None else [a, b, out, bias]
+    module.gemm_panel(arrays, params, isa or "", int(threads or 0), bool(by_depth) and bias is None)
     return out
 

@@ -130,9 +130,9 @@ template <> struct Ops<double> {
 struct Isa {
     const char* name;
     void (*rect_float)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, int64_t,
-                       int64_t, int64_t, float*);
+                       int64_t, int64_t, float*, const float*);
     void (*rect_double)(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t,
-                        int64_t, int64_t, int64_t, double*);
+                        int64_t, int64_t, int64_t, double*, const double*);
     void (*wgrad_float)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, int64_t,
                         int64_t, int64_t, float*, float*);
     void (*wgrad_double)(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t,
@@ -197,14 +197,14 @@ static Buffers<T>& thread_buffers() {
 
 template <typename T>
 static void call_rect(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb,
-                      T* c, int64_t ldc, int64_t m, int64_t n, int64_t k) {
+                      T* c, int64_t ldc, int64_t m, int64_t n, int64_t k, const T* bias) {
     constexpr int d = sizeof(T) == 8;
     const int64_t kc = k < isa.depth[d] ? k : isa.depth[d];
     const int64_t panels = (n + isa.tile_cols[d] - 1) / isa.tile_cols[d];
     Buffers<T>& buf = thread_buffers<T>();
     T* pb = buf.b_for(size_t(panels * isa.tile_cols[d]) * kc);
-    if constexpr (sizeof(T) == 8) isa.rect_double(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb);
-    else isa.rect_float(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb);
+    if constexpr (sizeof(T) == 8) isa.rect_double(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb, bias);
+    else isa.rect_float(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb, bias);
 }
 
 // The largest band one of `threads` threads gets when `extent` is cut into whole tiles of `tile`
@@ -224,10 +224,11 @@ static double largest_band(int64_t extent, int64_t tile, int threads) {
 // its rows, or across its columns when that gives the slowest thread a share over 1% of C smaller:
 // a weight gradient's 128 x 128 C has 11 tile rows of 12 (5 and 6 per thread: 68 of 128 rows) but 4
 // tile columns of 32 (2 and 2). A tall C stays cut by rows (each thread then reads only its rows of
-// A). Any cut gives the same bits: each element is computed alone.
+// A). Any cut gives the same bits: each element is computed alone. `bias` (n values, or null) is added
+// to every row of C after its product.
 template <typename T>
 static void gemm(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb, T* c,
-                 int64_t ldc, int64_t m, int64_t n, int64_t k, int threads) {
+                 int64_t ldc, int64_t m, int64_t n, int64_t k, int threads, const T* bias) {
     constexpr int d = sizeof(T) == 8;
     const int64_t mr = isa.tile_rows[d], nr = isa.tile_cols[d];
     const int64_t row_tiles = (m + mr - 1) / mr, col_tiles = (n + nr - 1) / nr;
@@ -236,7 +237,7 @@ static void gemm(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* 
     const int64_t units = by_rows ? row_tiles : col_tiles;
     if (threads > units) threads = static_cast<int>(units);
     if (threads <= 1) {
-        call_rect<T>(isa, a, rsa, csa, b, rsb, csb, c, ldc, m, n, k);
+        call_rect<T>(isa, a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, bias);
         return;
     }
 #pragma omp parallel num_threads(threads)
@@ -249,10 +250,13 @@ static void gemm(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* 
         const int64_t first = units * t / count, last = units * (t + 1) / count;
         if (by_rows) {
             const int64_t i0 = first * mr, i1 = last * mr < m ? last * mr : m;
-            if (i1 > i0) call_rect<T>(isa, a + i0 * rsa, rsa, csa, b, rsb, csb, c + i0 * ldc, ldc, i1 - i0, n, k);
+            if (i1 > i0)
+                call_rect<T>(isa, a + i0 * rsa, rsa, csa, b, rsb, csb, c + i0 * ldc, ldc, i1 - i0, n, k, bias);
         } else {
             const int64_t j0 = first * nr, j1 = last * nr < n ? last * nr : n;
-            if (j1 > j0) call_rect<T>(isa, a, rsa, csa, b + j0 * csb, rsb, csb, c + j0, ldc, m, j1 - j0, k);
+            if (j1 > j0)
+                call_rect<T>(isa, a, rsa, csa, b + j0 * csb, rsb, csb, c + j0, ldc, m, j1 - j0, k,
+                             bias != nullptr ? bias + j0 : nullptr);
         }
     }
 }
@@ -345,9 +349,11 @@ static void weight_grad(const Isa& isa, const T* a, int64_t rsa, int64_t csa, co
 }
 
 // ms_gemm's parameters: n = {is_double, transA, transB, M, N, K, lda, ldb, ldc,
-//                            batch0, batch1, sA0, sA1, sB0, sB1, sC0, sC1}; p = {A, B, C}
+//                            batch0, batch1, sA0, sA1, sB0, sB1, sC0, sC1}; p = {A, B, C} or, with
+// `with_bias`, {A, B, C, bias}: C = A B + bias, the bias a row vector of N values
 template <typename T>
-static void run_params(const Isa& isa, void** p, const int64_t* n, int threads, bool by_depth) {
+static void run_params(const Isa& isa, void** p, const int64_t* n, int threads, bool by_depth, bool with_bias) {
+    const T* bias = with_bias ? static_cast<const T*>(p[3]) : nullptr;
     const int64_t rsa = n[1] ? 1 : n[6], csa = n[1] ? n[6] : 1;
     const int64_t rsb = n[2] ? 1 : n[7], csb = n[2] ? n[7] : 1;
     for (int64_t b0 = 0; b0 < n[9]; ++b0) {
@@ -356,14 +362,14 @@ static void run_params(const Isa& isa, void** p, const int64_t* n, int threads, 
             const T* b = static_cast<const T*>(p[1]) + b0 * n[13] + b1 * n[14];
             T* c = static_cast<T*>(p[2]) + b0 * n[15] + b1 * n[16];
             if (by_depth) weight_grad<T>(isa, a, rsa, csa, b, rsb, csb, c, n[8], n[3], n[4], n[5], threads);
-            else gemm<T>(isa, a, rsa, csa, b, rsb, csb, c, n[8], n[3], n[4], n[5], threads);
+            else gemm<T>(isa, a, rsa, csa, b, rsb, csb, c, n[8], n[3], n[4], n[5], threads, bias);
         }
     }
 }
 
-static void run(const Isa& isa, void** p, const int64_t* n, int threads, bool by_depth = false) {
-    if (n[0]) run_params<double>(isa, p, n, threads, by_depth);
-    else run_params<float>(isa, p, n, threads, by_depth);
+static void run(const Isa& isa, void** p, const int64_t* n, int threads, bool by_depth, bool with_bias) {
+    if (n[0]) run_params<double>(isa, p, n, threads, by_depth, with_bias);
+    else run_params<float>(isa, p, n, threads, by_depth, with_bias);
 }
 
 }  // namespace
@@ -374,13 +380,19 @@ static void run(const Isa& isa, void** p, const int64_t* n, int threads, bool by
 // OpenMP threads (one below kThreadedWork multiply-adds).
 extern "C" void ms_gemm_panel(void** p, const int64_t* n) {
     using namespace mstrain::gemm_panel;
-    run(*best_isa(), p, n, mstrain::max_threads());
+    run(*best_isa(), p, n, mstrain::max_threads(), false, false);
+}
+
+// The same with p = {A, B, C, bias}: C = A B + bias (a dense layer's product and bias add in one pass).
+extern "C" void ms_gemm_panel_bias(void** p, const int64_t* n) {
+    using namespace mstrain::gemm_panel;
+    run(*best_isa(), p, n, mstrain::max_threads(), false, true);
 }
 
 // The same for a weight gradient (C = g^T x, a long depth): the depth-chunk path (weight_grad).
 extern "C" void ms_gemm_wgrad(void** p, const int64_t* n) {
     using namespace mstrain::gemm_panel;
-    run(*best_isa(), p, n, mstrain::max_threads(), true);
+    run(*best_isa(), p, n, mstrain::max_threads(), true, false);
 }
 
 namespace {
@@ -401,13 +413,16 @@ py::list supported_names() {
 
 void gemm_panel_py(const py::list& arrays, const std::vector<int64_t>& params, const std::string& isa, int threads,
                    bool by_depth) {
-    if (arrays.size() != 3 || params.size() != 17) throw std::invalid_argument("gemm_panel: needs 3 arrays, 17 params");
-    void* pointers[3];
-    for (int i = 0; i < 3; ++i) pointers[i] = const_cast<void*>(arrays[i].cast<py::array>().data());
+    const size_t count = arrays.size();
+    if ((count != 3 && count != 4) || params.size() != 17)
+        throw std::invalid_argument("gemm_panel: needs 3 arrays (4 with a bias), 17 params");
+    if (by_depth && count == 4) throw std::invalid_argument("gemm_panel: the weight-gradient path takes no bias");
+    void* pointers[4];
+    for (size_t i = 0; i < count; ++i) pointers[i] = const_cast<void*>(arrays[i].cast<py::array>().data());
     const Isa& chosen = isa_named(isa);
     if (threads <= 0) threads = mstrain::max_threads();
     py::gil_scoped_release release;
-    mstrain::gemm_panel::run(chosen, pointers, params.data(), threads, by_depth);
+    mstrain::gemm_panel::run(chosen, pointers, params.data(), threads, by_depth, count == 4);
 }
 
 }  // namespace
@@ -416,12 +431,14 @@ PYBIND11_MODULE(_gemm_panel, m) {
     m.doc() = "Packed AVX-512 / AVX2 / portable GEMM with OpenMP over blocks (see core.kernels.gemm_panel).";
     m.def("gemm_panel", &gemm_panel_py, py::arg("arrays"), py::arg("params"), py::arg("isa") = "",
           py::arg("threads") = 0, py::arg("by_depth") = false,
-          "C = A B for arrays = [A, B, C] with ms_gemm's 17 params; isa '' is the best supported one, "
-          "threads 0 all OpenMP threads, by_depth the weight-gradient path (fixed depth chunks). The caller "
-          "checks shapes and strides (gemm_params).");
+          "C = A B for arrays = [A, B, C] (C = A B + bias for [A, B, C, bias], bias N contiguous values) with "
+          "ms_gemm's 17 params; isa '' is the best supported one, threads 0 all OpenMP threads, by_depth the "
+          "weight-gradient path (fixed depth chunks). The caller checks shapes and strides (gemm_params).");
     m.def("gemm_wgrad_c_entry", []() { return reinterpret_cast<uintptr_t>(&ms_gemm_wgrad); },
           "address of `void ms_gemm_wgrad(void**, const int64_t*)` (the weight-gradient path)");
     m.def("gemm_panel_isas", &supported_names, "the instruction sets supported here, best first");
     m.def("gemm_panel_c_entry", []() { return reinterpret_cast<uintptr_t>(&ms_gemm_panel); },
           "address of `void ms_gemm_panel(void**, const int64_t*)`, for the compiled step loop");
+    m.def("gemm_panel_bias_c_entry", []() { return reinterpret_cast<uintptr_t>(&ms_gemm_panel_bias); },
+          "address of `void ms_gemm_panel_bias(void**, const int64_t*)`: p = {A, B, C, bias}, C = A B + bias");
 }

@@ -57,10 +57,11 @@ static void pack_b(const T* b, int64_t rsb, int64_t csb, int64_t kc, int64_t nc,
 // rows x B's columns over kc. A's element (r, p) is read in place at a[r * rsa + p * csa]
 // (ROWS_ADJACENT: rsa == 1, A stored transposed, so each p's MR values are adjacent; else csa == 1
 // and each row is read along memory), B's row p at b + p * rsb (a packed panel or B itself when its
-// rows are contiguous).
+// rows are contiguous). `bias` (NR values, or null): added to every row of the sums at the store of
+// the last block, the one rounding of the add after the product (fma(acc, 1, bias) == acc + bias).
 template <typename T, bool ROWS_ADJACENT, int MR = Ops<T>::MR>
 static void micro_tile(int64_t kc, const T* __restrict a, int64_t rsa, int64_t csa, const T* __restrict b,
-                       int64_t rsb, T* __restrict c, int64_t ldc, bool accumulate) {
+                       int64_t rsb, T* __restrict c, int64_t ldc, bool accumulate, const T* __restrict bias) {
     using O = Ops<T>;
     using V = typename O::V;
     constexpr int NV = O::NV, W = O::W;
@@ -94,6 +95,16 @@ static void micro_tile(int64_t kc, const T* __restrict a, int64_t rsa, int64_t c
             }
         }
     }
+    if (bias != nullptr) {
+        const T one = T(1);
+        const V unit = O::bcast(&one);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+            const V row = O::load(bias + v * W);
+#pragma GCC unroll 16
+            for (int r = 0; r < MR; ++r) acc[r][v] = O::fma(acc[r][v], unit, row);
+        }
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
@@ -104,32 +115,37 @@ static void micro_tile(int64_t kc, const T* __restrict a, int64_t rsa, int64_t c
 // neither read nor computed (the tile's elements are the same chains of multiply-adds as in a full tile).
 template <typename T, bool ROWS_ADJACENT, int R>
 static void rows_tile(int64_t rows, int64_t kc, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, T* c,
-                      int64_t ldc, bool accumulate) {
+                      int64_t ldc, bool accumulate, const T* bias) {
     if constexpr (R > 1) {
         if (rows < R) {
-            rows_tile<T, ROWS_ADJACENT, R - 1>(rows, kc, a, rsa, csa, b, rsb, c, ldc, accumulate);
+            rows_tile<T, ROWS_ADJACENT, R - 1>(rows, kc, a, rsa, csa, b, rsb, c, ldc, accumulate, bias);
             return;
         }
     }
-    micro_tile<T, ROWS_ADJACENT, R>(kc, a, rsa, csa, b, rsb, c, ldc, accumulate);
+    micro_tile<T, ROWS_ADJACENT, R>(kc, a, rsa, csa, b, rsb, c, ldc, accumulate, bias);
 }
 
 // A tile at an edge of C (rows < MR or cols < NR): the rows that exist, straight into C when the tile
-// has all NR columns, else through a full-width tile on the stack.
+// has all NR columns, else through a full-width tile on the stack (and the bias's `cols` values
+// through a zero-padded row).
 template <typename T, bool ROWS_ADJACENT>
 static void edge_tile(int64_t kc, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, T* c,
-                      int64_t ldc, int64_t rows, int64_t cols, bool accumulate) {
+                      int64_t ldc, int64_t rows, int64_t cols, bool accumulate, const T* bias) {
     constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
     if (cols == NR) {
-        rows_tile<T, ROWS_ADJACENT, MR>(rows, kc, a, rsa, csa, b, rsb, c, ldc, accumulate);
+        rows_tile<T, ROWS_ADJACENT, MR>(rows, kc, a, rsa, csa, b, rsb, c, ldc, accumulate, bias);
         return;
     }
     alignas(64) T tile[MR * NR];
+    alignas(64) T bias_row[NR] = {};
+    if (bias != nullptr)
+        for (int64_t j = 0; j < cols; ++j) bias_row[j] = bias[j];
     if (accumulate) {
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t j = 0; j < cols; ++j) tile[r * NR + j] = c[r * ldc + j];
     }
-    rows_tile<T, ROWS_ADJACENT, MR>(rows, kc, a, rsa, csa, b, rsb, tile, NR, accumulate);
+    rows_tile<T, ROWS_ADJACENT, MR>(rows, kc, a, rsa, csa, b, rsb, tile, NR, accumulate,
+                                    bias != nullptr ? bias_row : nullptr);
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = tile[r * NR + j];
 }
@@ -142,13 +158,14 @@ static void edge_tile(int64_t kc, const T* a, int64_t rsa, int64_t csa, const T*
 // sets (measured: 4-10% slower).
 template <typename T, bool ROWS_ADJACENT>
 static void gemm_rect_a(const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb, T* c,
-                        int64_t ldc, int64_t m, int64_t n, int64_t k, T* pack_b_buf) {
+                        int64_t ldc, int64_t m, int64_t n, int64_t k, T* pack_b_buf, const T* bias) {
     using G = Tile<T>;
     constexpr int MR = G::MR, NR = G::NR;
     const bool b_in_place = ROWS_ADJACENT && csb == 1 && n % NR == 0;
     for (int64_t pc = 0; pc < k; pc += G::KC) {
         const int64_t kc = k - pc < G::KC ? k - pc : G::KC;
         const bool accumulate = pc > 0;
+        const T* block_bias = pc + kc >= k ? bias : nullptr;  // added once, after the last block
         if (!b_in_place) pack_b<T>(b + pc * rsb, rsb, csb, kc, n, pack_b_buf);
         const T* a_block = a + pc * csa;
         for (int64_t ic = 0; ic < m; ic += G::MC) {  // MC rows of A stay in L2 while B's panels pass
@@ -161,11 +178,13 @@ static void gemm_rect_a(const T* a, int64_t rsa, int64_t csa, const T* b, int64_
                     const int64_t rows = m - ir < MR ? m - ir : MR;
                     const T* a_tile = a_block + ir * rsa;
                     T* tile = c + ir * ldc + jr;
+                    const T* tile_bias = block_bias != nullptr ? block_bias + jr : nullptr;
                     if (rows == MR && cols == NR)
-                        micro_tile<T, ROWS_ADJACENT>(kc, a_tile, rsa, csa, b_tile, b_stride, tile, ldc, accumulate);
+                        micro_tile<T, ROWS_ADJACENT>(kc, a_tile, rsa, csa, b_tile, b_stride, tile, ldc, accumulate,
+                                                     tile_bias);
                     else
                         edge_tile<T, ROWS_ADJACENT>(kc, a_tile, rsa, csa, b_tile, b_stride, tile, ldc, rows, cols,
-                                                    accumulate);
+                                                    accumulate, tile_bias);
                 }
             }
         }
@@ -174,19 +193,19 @@ static void gemm_rect_a(const T* a, int64_t rsa, int64_t csa, const T* b, int64_
 
 template <typename T>
 static void gemm_rect(const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb, T* c,
-                      int64_t ldc, int64_t m, int64_t n, int64_t k, T* pack_b_buf) {
-    if (rsa == 1) gemm_rect_a<T, true>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pack_b_buf);
-    else gemm_rect_a<T, false>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pack_b_buf);
+                      int64_t ldc, int64_t m, int64_t n, int64_t k, T* pack_b_buf, const T* bias) {
+    if (rsa == 1) gemm_rect_a<T, true>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pack_b_buf, bias);
+    else gemm_rect_a<T, false>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pack_b_buf, bias);
 }
 
 static void rect_float(const float* a, int64_t rsa, int64_t csa, const float* b, int64_t rsb, int64_t csb,
-                       float* c, int64_t ldc, int64_t m, int64_t n, int64_t k, float* pb) {
-    gemm_rect<float>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb);
+                       float* c, int64_t ldc, int64_t m, int64_t n, int64_t k, float* pb, const float* bias) {
+    gemm_rect<float>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb, bias);
 }
 
 static void rect_double(const double* a, int64_t rsa, int64_t csa, const double* b, int64_t rsb, int64_t csb,
-                        double* c, int64_t ldc, int64_t m, int64_t n, int64_t k, double* pb) {
-    gemm_rect<double>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb);
+                        double* c, int64_t ldc, int64_t m, int64_t n, int64_t k, double* pb, const double* bias) {
+    gemm_rect<double>(a, rsa, csa, b, rsb, csb, c, ldc, m, n, k, pb, bias);
 }
 
 static constexpr int kTileRowsFloat = Tile<float>::MR, kTileColsFloat = Tile<float>::NR;

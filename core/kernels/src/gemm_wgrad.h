@@ -71,9 +71,9 @@ static void wgrad_chunk(const T* a, int64_t rsa, int64_t csa, const T* b, int64_
                         const int64_t astep = a_in_place ? csa : MR;
                         T* tile = c + (ic + ir) * ldc + jc + jr;
                         if (rows == MR && cols == NR)
-                            micro_tile<T, true>(kc, a_panel, 1, astep, b_panel, NR, tile, ldc, accumulate);
+                            micro_tile<T, true>(kc, a_panel, 1, astep, b_panel, NR, tile, ldc, accumulate, nullptr);
                         else
-                            edge_tile<T, true>(kc, a_panel, 1, astep, b_panel, NR, tile, ldc, rows, cols, accumulate);
+                            edge_tile<T, true>(kc, a_panel, 1, astep, b_panel, NR, tile, ldc, rows, cols, accumulate, nullptr);
                     }
                 }
             }

@@ -22,10 +22,14 @@ def _dense(x, w, b, w2):
     return ops.matmul(hidden, w2), ops.matmul(x[:32], ops.transpose(w))   # (256, 128); a 32-row product
 
 
+def _is_panel(kernel):  # the packed GEMM, alone or adding a dense layer's bias (graph.gemm_bias)
+    return isinstance(kernel, gemm_panel.PanelProduct) or \
+        isinstance(getattr(kernel, "panel", None), gemm_panel.PanelProduct)
+
+
 def _panel_products(executable):
     entry = gemm_panel.c_entry()
-    return [k for k in executable.plan if isinstance(k, gemm_panel.PanelProduct) or
-            any(isinstance(p, gemm_panel.PanelProduct) for p in getattr(k, "keep", ()))], entry
+    return [k for k in executable.plan if _is_panel(k) or any(_is_panel(p) for p in getattr(k, "keep", ()))], entry
 
 
 def test_transformer_shaped_products_run_on_the_panel_kernel(trace_graph, monkeypatch):

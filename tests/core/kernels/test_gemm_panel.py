@@ -53,6 +53,31 @@ def test_threads_give_the_same_bits(dtype):
 
 
 @built
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_bias_row_gives_the_bits_of_the_product_then_the_add(dtype):
+    """The bias is added to each tile's finished sums at its store: the same one rounding as adding it
+    after the product, on every instruction set and thread count (a ragged column tile and a depth of
+    several blocks included), and numpy's product plus the bias within rounding."""
+    for m, n, k in [(3200, 128, 128), (131, 45, 300), (96, 64, 16)]:
+        a, b = _operands(m, n, k, 0, 1, dtype, seed=4)
+        bias = np.random.default_rng(5).uniform(-1, 1, n).astype(dtype)
+        for isa in gemm_panel.isas():
+            for threads in (1, 2):
+                two_pass = gemm_panel.matmul(a, b, isa=isa, threads=threads)
+                two_pass += bias
+                got = gemm_panel.matmul(a, b, isa=isa, threads=threads, bias=bias)
+                np.testing.assert_array_equal(got, two_pass)
+        _assert_close(got - bias, a, b)
+        np.testing.assert_allclose(got, a @ b + bias, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-4)
+
+
+def test_a_bias_the_kernel_does_not_take_is_added_after_numpys_product():
+    a, b = _operands(130, 40, 20, 0, 0, np.float32)
+    strided = np.arange(80, dtype=np.float32)[::2]
+    np.testing.assert_array_equal(gemm_panel.matmul(a, b, bias=strided), a @ b + strided)
+
+
+@built
 def test_the_vector_versions_give_the_same_bits():
     """AVX-512 and AVX2 both fuse each multiply-add: the same numbers on either kind of machine."""
     fused = [isa for isa in gemm_panel.isas() if isa != "portable"]
