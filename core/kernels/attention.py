@@ -12,7 +12,9 @@
         `bias_grad`, else None.
 
 Each runs the C++ kernel of `core/kernels/src/attention.cpp` (one task per (batch, head) block, the causal
-half never computed) when it is built, not disabled by MSTRAIN_DISABLE_KERNELS, and every array is float32 or
+half never computed; float32 blocks of up to 128 keys on AVX-512 keep each tile of query rows' scores,
+softmax and softmax VJP in registers, `src/attention_rows.h`; `python benchmarks/attention_kernels.py
+--peer` times the passes at the ViT, GPT and T5 shapes against torch) when it is built, not disabled by MSTRAIN_DISABLE_KERNELS, and every array is float32 or
 float64 of one dtype; else the numpy reference `reference_<name>` below. The tests compare the two.
 `layout` "BNSD" takes q, k, v and gives out as (B, H, L, W); "BSND" as (B, L, H, W), the layout of a
 projection reshaped to heads (no transposes around the attention). q, k, v, out and gout are read in place

@@ -18,10 +18,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <pybind11/stl.h>
 
+#include "attention_rows.h"
 #include "dispatch.h"
 #include "small_gemm.h"
 
@@ -179,11 +181,140 @@ void block_probs(const View<const T>& q, const View<const T>& k, const T* bias, 
     softmax_rows(pb, bb, d, T(scale));
 }
 
+// -- float blocks of at most attention_rows::kMaxKeys keys on AVX-512: register row tiles ---------------------
+// Scores, softmax and the softmax VJP of a tile of query rows run in registers (attention_rows.h); the
+// products over the whole block (O = P V, dV = P^T dO, dQ = dS K, dK = dS^T Q) stay on the small-GEMM tiles.
+// P and dS live in (T x ld) scratch, ld the key count padded to whole vectors.
+bool row_tiles(const Dims& d) {
+    return small_gemm::vector_width() == 16 && d.s > 0 && d.s <= attention_rows::kMaxKeys;
+}
+
+int64_t padded_keys(const Dims& d) { return (d.s + attention_rows::kLanes - 1) / attention_rows::kLanes * attention_rows::kLanes; }
+
+template <typename Fn>
+void with_key_vectors(int64_t vectors, Fn&& fn) {  // fn(std::integral_constant<int, vectors>), vectors 1..8
+    switch (vectors) {
+        case 1: return fn(std::integral_constant<int, 1>{});
+        case 2: return fn(std::integral_constant<int, 2>{});
+        case 3: return fn(std::integral_constant<int, 3>{});
+        case 4: return fn(std::integral_constant<int, 4>{});
+        case 5: return fn(std::integral_constant<int, 5>{});
+        case 6: return fn(std::integral_constant<int, 6>{});
+        case 7: return fn(std::integral_constant<int, 7>{});
+        default: return fn(std::integral_constant<int, 8>{});
+    }
+}
+
+// Tiles of query rows [m0, m0 + rows) with their visible key counts: fn(m0, rows, visible).
+template <int NC, typename Fn>
+void for_row_tiles(const Dims& d, Fn&& fn) {
+    constexpr int R = attention_rows::tile_rows<NC>();
+    int64_t visible[R];
+    for (int64_t m0 = 0; m0 < d.t; m0 += R) {
+        const int rows = int(std::min<int64_t>(R, d.t - m0));
+        for (int r = 0; r < rows; ++r) visible[r] = d.visible(m0 + r);
+        fn(m0, rows, visible);
+    }
+}
+
+// P of block `blk` into p (T x ld), from K^T in kt (D x ld); probs: the probabilities output's block or null.
+template <int NC>
+void tiled_probs(const View<const float>& q, const float* kt, const float* bias, int64_t blk, const Dims& d, float scale,
+                 float* p, float* probs) {
+    const float* qb = q.block(blk, d.h);
+    const float* bb = bias ? bias + (blk / d.h) * d.bias_b + (blk % d.h) * d.bias_h : nullptr;
+    for_row_tiles<NC>(d, [&](int64_t m0, int rows, const int64_t* visible) {
+        const attention_rows::Rows x{qb + m0 * q.sl, q.sl, d.d, kt, NC * attention_rows::kLanes, d.s, visible};
+        attention_rows::probs_rows<NC>(rows, x, bb ? bb + m0 * d.s : nullptr, scale, p + m0 * x.ld,
+                                       probs ? probs + m0 * d.s : nullptr);
+    });
+}
+
+void forward_block_tiled(const View<const float>& q, const View<const float>& k, const View<const float>& v,
+                         const float* bias, const View<float>& out, float* probs, const Dims& d, float scale,
+                         int64_t blk, float* kt, float* p) {
+    const int64_t ld = padded_keys(d);
+    attention_rows::transpose_keys(k.block(blk, d.h), d.s, d.d, k.sl, kt, ld);
+    with_key_vectors(ld / attention_rows::kLanes, [&](auto vectors) {
+        tiled_probs<decltype(vectors)::value>(q, kt, bias, blk, d, scale, p, probs ? probs + blk * d.t * d.s : nullptr);
+    });
+    const float* vb = v.block(blk, d.h);
+    float* ob = out.block(blk, d.h);
+    for_row_blocks(d, [&](int64_t m0, int64_t m1, int64_t keys) {
+        gemm(m1 - m0, d.e, keys, p + m0 * ld, ld, 1, vb, v.sl, ob + m0 * out.sl, out.sl);
+    });
+}
+
+// dS * scale of block `blk` into ds (T x ld) from P in p, V^T in vt (E x ld); gscores: the block of the
+// scores' gradient or null.
+template <int NC>
+void tiled_dscores(const View<const float>& gout, const View<const float>& out, const float* vt, int64_t blk,
+                   const Dims& d, float scale, const float* p, float* ds, float* gscores) {
+    const float* gob = gout.block(blk, d.h);
+    const float* ob = out.block(blk, d.h);
+    for_row_tiles<NC>(d, [&](int64_t m0, int rows, const int64_t* visible) {
+        const attention_rows::Rows x{gob + m0 * gout.sl, gout.sl, d.e, vt, NC * attention_rows::kLanes, d.s, visible};
+        attention_rows::dscores_rows<NC>(rows, x, p + m0 * x.ld, ob + m0 * out.sl, out.sl, scale, ds + m0 * x.ld,
+                                         gscores ? gscores + m0 * d.s : nullptr);
+    });
+}
+
+struct TiledScratch {
+    std::vector<float> key_t, value_t, p, ds;
+    explicit TiledScratch(const Dims& d, bool backward)
+        : key_t(d.d * padded_keys(d)), value_t(backward ? d.e * padded_keys(d) : 0), p(d.t * padded_keys(d)),
+          ds(backward ? d.t * padded_keys(d) : 0) {}
+};
+
+void backward_block_tiled(const View<const float>& q, const View<const float>& k, const View<const float>& v,
+                          const float* bias, const View<const float>& out, const View<const float>& gout,
+                          const View<float>& gq, const View<float>& gk, const View<float>& gv, float* gscores,
+                          const Dims& d, float scale, int64_t blk, TiledScratch& scratch) {
+    const int64_t ld = padded_keys(d);
+    float* p = scratch.p.data();
+    float* ds = scratch.ds.data();
+    const float* kb = k.block(blk, d.h);
+    attention_rows::transpose_keys(kb, d.s, d.d, k.sl, scratch.key_t.data(), ld);
+    attention_rows::transpose_keys(v.block(blk, d.h), d.s, d.e, v.sl, scratch.value_t.data(), ld);
+    with_key_vectors(ld / attention_rows::kLanes, [&](auto vectors) {
+        constexpr int NC = decltype(vectors)::value;
+        tiled_probs<NC>(q, scratch.key_t.data(), bias, blk, d, scale, p, nullptr);  // recomputed, not saved
+        tiled_dscores<NC>(gout, out, scratch.value_t.data(), blk, d, scale, p, ds,
+                          gscores ? gscores + blk * d.t * d.s : nullptr);
+    });
+    const float* qb = q.block(blk, d.h);
+    const float* gob = gout.block(blk, d.h);
+    float* gvb = gv.block(blk, d.h);
+    float* gqb = gq.block(blk, d.h);
+    float* gkb = gk.block(blk, d.h);
+    for_key_blocks(d, [&](int64_t j0, int64_t j1, int64_t first) {  // dV = P^T dO, dK = (dS * scale)^T Q
+        gemm(j1 - j0, d.e, d.t - first, p + first * ld + j0, 1, ld, gob + first * gout.sl, gout.sl, gvb + j0 * gv.sl,
+             gv.sl);
+        gemm(j1 - j0, d.d, d.t - first, ds + first * ld + j0, 1, ld, qb + first * q.sl, q.sl, gkb + j0 * gk.sl, gk.sl);
+    });
+    for_row_blocks(d, [&](int64_t m0, int64_t m1, int64_t keys) {  // dQ = (dS * scale) K
+        gemm(m1 - m0, d.d, keys, ds + m0 * ld, ld, 1, kb, k.sl, gqb + m0 * gq.sl, gq.sl);
+    });
+}
+
 template <typename T>
 void attention_forward(const View<const T>& q, const View<const T>& k, const View<const T>& v, const T* bias,
                        const View<T>& out, T* probs, const Dims& d, double scale) {
     const int64_t blocks = d.b * d.h;
     const bool parallel = blocks > 1 && blocks * d.t * d.s * (d.d + d.e) >= kParallelGrain;
+    if constexpr (std::is_same_v<T, float>) {
+        if (row_tiles(d)) {
+#pragma omp parallel if (parallel)
+            {
+                TiledScratch scratch(d, false);
+#pragma omp for schedule(dynamic, 1)
+                for (int64_t blk = 0; blk < blocks; ++blk)
+                    forward_block_tiled(q, k, v, bias, out, probs, d, float(scale), blk, scratch.key_t.data(),
+                                        scratch.p.data());
+            }
+            return;
+        }
+    }
 #pragma omp parallel if (parallel)
     {
         std::vector<T> key_t(d.d * d.s), scratch(probs ? 0 : d.t * d.s);
@@ -227,6 +358,18 @@ void attention_backward(const View<const T>& q, const View<const T>& k, const Vi
                         const View<T>& gv, T* gscores, const Dims& d, double scale) {
     const int64_t blocks = d.b * d.h;
     const bool parallel = blocks > 1 && blocks * d.t * d.s * (d.d + d.e) >= kParallelGrain;
+    if constexpr (std::is_same_v<T, float>) {
+        if (row_tiles(d)) {
+#pragma omp parallel if (parallel)
+            {
+                TiledScratch scratch(d, true);
+#pragma omp for schedule(dynamic, 1)
+                for (int64_t blk = 0; blk < blocks; ++blk)
+                    backward_block_tiled(q, k, v, bias, out, gout, gq, gk, gv, gscores, d, float(scale), blk, scratch);
+            }
+            return;
+        }
+    }
 #pragma omp parallel if (parallel)
     {
         std::vector<T> value_t(std::max(d.e, d.d) * d.s), probs(d.t * d.s), scratch(gscores ? 0 : d.t * d.s);

@@ -19,7 +19,9 @@ from ...torch_support import import_torch
 # (B, H, T, S, D, E), causal, bias shape (None: no bias)
 CASES = [((2, 3, 7, 7, 4, 5), False, None), ((2, 3, 7, 7, 4, 4), True, (1, 3, 7, 7)),
          ((2, 2, 5, 9, 8, 3), True, (2, 1, 5, 9)), ((1, 2, 70, 40, 16, 16), True, (1, 2, 70, 40)),
-         ((2, 2, 40, 70, 16, 8), False, (2, 2, 40, 70)), ((3, 1, 33, 33, 64, 64), True, None)]
+         ((2, 2, 40, 70, 16, 8), False, (2, 2, 40, 70)), ((3, 1, 33, 33, 64, 64), True, None),
+         ((2, 2, 50, 7, 32, 16), False, (2, 2, 50, 7)), ((2, 2, 7, 50, 32, 20), True, (1, 2, 7, 50)),
+         ((2, 2, 64, 128, 64, 64), False, None), ((2, 2, 30, 64, 17, 33), True, (2, 1, 30, 64))]
 
 
 def _native_only(monkeypatch):

@@ -47,6 +47,41 @@ def test_kernels_read_and_write_the_packed_thirds_in_place(monkeypatch, dtype, c
         np.testing.assert_allclose(scores, expected[3], **_tol(dtype))
 
 
+# (T, D, causal, bias): ViT's 50 x 32 and lengths around the vector width (16 keys per vector; blocks of at
+# most 64 keys run the register row tiles, longer ones the general path)
+RAGGED = [(50, 32, False, False), (1, 32, False, True), (1, 8, True, False), (7, 5, True, True), (16, 16, False, True),
+          (33, 32, True, False), (50, 32, True, True), (64, 64, True, True), (65, 32, False, True), (129, 16, True, False)]
+
+
+@pytest.mark.parametrize("t,d,causal,with_bias", RAGGED)
+def test_packed_kernels_at_vit_and_ragged_lengths_match_numpy(monkeypatch, t, d, causal, with_bias):
+    monkeypatch.delenv("MSTRAIN_DISABLE_KERNELS", raising=False)
+    if not all(kernels.available(n) for n in ("attention_forward", "attention_backward")):
+        pytest.skip("C++ attention kernels are not built (pip install -e . builds them)")
+    rng = np.random.default_rng(t)
+    b, h, scale = 3, 2, d ** -0.5
+    qkv = (rng.standard_normal((b, t, 3, h, d)) * 2).astype(np.float32)  # peaked rows: the exp's range matters
+    bias = rng.standard_normal((1, h, t, t)).astype(np.float32) if with_bias else None
+    gout = rng.standard_normal((b, t, h, d)).astype(np.float32)
+    q, k, v = (qkv[:, :, i] for i in range(3))
+    out = np.full((b, t, h, d), np.nan, np.float32)
+    probs = np.full((b, h, t, t), np.nan, np.float32)
+    K.attention_forward(q, k, v, bias, scale, causal, out=(out, probs), layout="BSND")
+    ref_out, ref_probs = K.reference_attention_forward(*_views(qkv), bias, scale, causal)
+    np.testing.assert_allclose(np.swapaxes(out, 1, 2), ref_out, **_tol(np.float32))
+    np.testing.assert_allclose(probs, ref_probs, **_tol(np.float32))
+    gqkv = np.full(qkv.shape, np.nan, np.float32)
+    scores = np.full((b, h, t, t), np.nan, np.float32) if with_bias else None
+    K.attention_backward(q, k, v, bias, out, gout, scale, causal, with_bias,
+                         result=(gqkv[:, :, 0], gqkv[:, :, 1], gqkv[:, :, 2], scores), layout="BSND")
+    gout_bnsd = np.ascontiguousarray(np.swapaxes(gout, 1, 2))
+    expected = K.reference_attention_backward(*_views(qkv), bias, ref_out, gout_bnsd, scale, causal, with_bias)
+    for i in range(3):
+        np.testing.assert_allclose(np.swapaxes(gqkv[:, :, i], 1, 2), expected[i], **_tol(np.float32))
+    if with_bias:
+        np.testing.assert_allclose(scores, expected[3], **_tol(np.float32))
+
+
 def test_a_strided_gradient_needs_adjacent_columns():
     rng = np.random.default_rng(2)
     q, k, v, gout = (rng.standard_normal((1, 4, 2, 3)).astype(np.float32) for _ in range(4))
