@@ -17,7 +17,7 @@ import numpy as np
 from ..ops.primitive import dispatch
 from . import copies, lowering  # noqa: F401  (copies: the layout ops' lowering rules)
 from .build import native_enabled as _native_enabled
-from .memory import Step, plan_memory
+from .memory import Step, aligned_zeros, plan_memory
 from .half_shadow import HalfShadow, is_half_exact, refresh_all
 from .index_guard import IndexGuards
 
@@ -93,7 +93,9 @@ class Executable:
 
     def __init__(self, graph):
         self.graph = graph
-        self._input_buffers = [np.zeros(n.shape, n.dtype) for n in graph.inputs]
+        # every step's batch is copied in here (C loop, load_inputs): on 64-byte boundaries, so the
+        # first kernels' row loads do not split cache lines by the luck of where malloc put them
+        self._input_buffers = [aligned_zeros(n.shape, n.dtype) for n in graph.inputs]
         self._residents = [n for n in graph.nodes if n.op == "resident"]
         self._shadows = [n.value for n in self._residents if isinstance(n.value, HalfShadow)]
         self._projections = {}
@@ -289,6 +291,10 @@ class Executable:
             return
         for kernel in self.plan:
             kernel()
+
+    def input_arrays(self):
+        """The buffers every step's inputs are copied into, the arrays the plan reads (64-byte aligned)."""
+        return list(self._input_buffers)
 
     def output_arrays(self):
         """The arrays holding the outputs now (views of the executor's buffers: copy to keep)."""

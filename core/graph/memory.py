@@ -11,6 +11,22 @@ import numpy as np
 _ALIGN = 64  # bytes: one cache line, enough for any SIMD load
 
 
+def aligned_bytes(nbytes, fill=None):
+    """A uint8 array of `nbytes` starting on a 64-byte boundary (numpy's allocator only promises
+    16): a kernel's row loads then never split a cache line because of where malloc put the
+    array. `fill` (a byte value) initialises it."""
+    raw = np.empty(nbytes + _ALIGN, np.uint8) if fill is None else np.full(nbytes + _ALIGN, fill, np.uint8)
+    offset = (-raw.ctypes.data) % _ALIGN
+    return raw[offset:offset + nbytes]
+
+
+def aligned_zeros(shape, dtype):
+    """np.zeros(shape, dtype) starting on a 64-byte boundary (see aligned_bytes)."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    return aligned_bytes(count * dtype.itemsize, fill=0).view(dtype).reshape(shape)
+
+
 class Step:
     """What one executor step does to memory: roots it writes, roots it reads, in-place allowed."""
 
@@ -36,12 +52,7 @@ class MemoryPlan:
 
     def allocate(self):
         """One aligned uint8 array per block."""
-        blocks = []
-        for size in self.block_sizes:
-            raw = np.empty(size + _ALIGN, np.uint8)
-            offset = (-raw.ctypes.data) % _ALIGN
-            blocks.append(raw[offset:offset + size])
-        return blocks
+        return [aligned_bytes(size) for size in self.block_sizes]
 
     def buffer(self, blocks, node):
         """The node's array: a typed, shaped view of the start of its block."""
