@@ -13,6 +13,8 @@ from mstrain import nn
 from mstrain.graph import half_shadow
 from mstrain.train.sink import GraphSinkRunner
 
+from ._amp_steps import o2_train_step, parameters
+
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
 
@@ -26,21 +28,12 @@ def _step():
     """An O2 step with a hidden 64 x 64 weight (read by its forward and input-gradient products)."""
     ms.set_seed(0)
     net = nn.SequentialCell([nn.Dense(24, 64), nn.ReLU(), nn.Dense(64, 64), nn.ReLU(), nn.Dense(64, 4)])
-    manager = ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 12, scale_factor=2, scale_window=5)
-    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2", loss_scale_manager=manager)
-    step = model.train_network
-    step.set_train(True)
-    return net, step
+    return net, o2_train_step(net, 2.0 ** 12, 5)
 
 
 def _shadows(runner):
     graph = runner.compiled_calls()[0].graph
     return [n for n in graph.nodes if n.op == "resident" and isinstance(n.value, half_shadow.HalfShadow)]
-
-
-def _state(step):
-    return {p.name: p.asnumpy().copy() for p in step.get_parameters()}
 
 
 def _train(shadowed, between=None):
@@ -54,7 +47,7 @@ def _train(shadowed, between=None):
             between(net)
         losses.append(runner.run(_batches(6, seed=1)))
     assert len(_shadows(runner)) == (1 if shadowed else 0)
-    return np.concatenate(losses), _state(step)
+    return np.concatenate(losses), parameters(step)
 
 
 def _check_same(between=None, monkeypatch=None):
