@@ -1,10 +1,7 @@
 """Sums over every axis but the last (the gradients of a norm's scale and shift, of a bias) computed
 inside the elementwise kernel that produces or reads what they sum: numbers against numpy and
 finite differences, numpy's row order of additions, the same bits on one and two threads."""
-import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +13,8 @@ from mstrain.ops import functional as F
 from mstrain.ops.math import sum_to
 from mstrain.profiler.kernels import kernel_times
 
+from ._thread_probe import TRACE, run_probe, task_order_sum
+
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
 TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
@@ -23,14 +22,6 @@ TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-12, atol
 
 def _rand(shape, dtype=np.float32, seed=0):
     return np.random.default_rng(seed).uniform(-2.0, 2.0, shape).astype(dtype)
-
-
-def _task_order_sum(value):
-    """What a kernel's column sum adds: rows in order within tasks of _COLUMN_ROWS rows, then the
-    tasks' partial sums in order (numpy's add.reduce up to one task)."""
-    rows = value.reshape(-1, value.shape[-1])
-    task = codegen_reduce._COLUMN_ROWS
-    return np.add.reduce(np.stack([np.add.reduce(rows[k:k + task], 0) for k in range(0, len(rows), task)]), 0)
 
 
 def _column_groups(graph):
@@ -57,8 +48,8 @@ def test_scale_and_shift_gradients_are_one_pass_with_numpys_bits(trace_graph, dt
     assert "column sums over" in str(fused)
     for _ in range(2):  # a second run reuses the buffers
         ggamma, gbeta, doubled = run.run([g, xhat])
-        np.testing.assert_array_equal(ggamma, _task_order_sum(g * xhat))
-        np.testing.assert_array_equal(gbeta, _task_order_sum(g))
+        np.testing.assert_array_equal(ggamma, task_order_sum(g * xhat))
+        np.testing.assert_array_equal(gbeta, task_order_sum(g))
         if np.prod(shape[:-1]) <= codegen_reduce._COLUMN_ROWS:  # one task: numpy's bits
             np.testing.assert_array_equal(gbeta, np.sum(g.reshape(-1, shape[-1]), 0))
         np.testing.assert_array_equal(doubled, g * dtype(2.0))
@@ -78,8 +69,8 @@ def test_norm_backward_row_kernel_adds_the_parameter_gradients(trace_graph, dtyp
     assert len(rows) == 1 and rows[0].mode == "rows" and len(rows[0].columns) == 2, str(fused)
     assert "row kernel with column sums" in str(fused)
     gx, ggamma, gbeta = run.run([g, xhat, gamma])
-    np.testing.assert_array_equal(ggamma, _task_order_sum(g * xhat))
-    np.testing.assert_array_equal(gbeta, _task_order_sum(g))
+    np.testing.assert_array_equal(ggamma, task_order_sum(g * xhat))
+    np.testing.assert_array_equal(gbeta, task_order_sum(g))
     gy = g * gamma
     want = gy - gy.mean(-1, keepdims=True) - xhat * (gy * xhat).mean(-1, keepdims=True)
     np.testing.assert_allclose(gx, want, rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4)
@@ -215,20 +206,10 @@ def test_profiler_names_the_fused_sums(trace_graph):
 
 ROWS, WIDTH = 2000, 200  # rows * width above the threshold; 7 tasks of 256 rows and one of 208
 
-_PROBE = r"""
-import sys
-import numpy as np
-import mstrain as ms
+_PROBE = TRACE + r"""
 from mstrain import ops
-from mstrain.graph import Tracer, tracing, compile_graph
+from mstrain.graph import compile_graph
 from mstrain.ops.math import sum_to
-
-def trace(fn, *arrays):
-    tracer = Tracer("probe")
-    inputs = [tracer.add_input(ms.Tensor(a)) for a in arrays]
-    with tracing(tracer):
-        nodes = [tracer.output_node(o) for o in fn(*inputs)]
-    return tracer.finish(nodes)
 
 def grads(g, xhat, h):
     dh = g * ops.gelu(h, approximate=False)
@@ -254,22 +235,14 @@ np.savez(sys.argv[1], g=g, xhat=xhat, h=h, ggamma=ggamma, gbeta=gbeta, dh=dh, db
 """ % {"rows": ROWS, "width": WIDTH}
 
 
-def _probe(tmp_path, threads):
-    path = tmp_path / f"threads{threads}.npz"
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1")
-    subprocess.run([sys.executable, "-c", _PROBE, str(path)], env=env, check=True, timeout=240)
-    with np.load(path) as archive:
-        return {k: archive[k] for k in archive.files}
-
-
 def test_column_sums_have_the_same_bits_on_one_and_two_threads(tmp_path):
     assert ROWS * WIDTH > codegen._PARALLEL_MIN and ROWS > 2 * codegen_reduce._COLUMN_ROWS
-    one, two = _probe(tmp_path, 1), _probe(tmp_path, 2)
+    one, two = run_probe(_PROBE, tmp_path, 1), run_probe(_PROBE, tmp_path, 2)
     for key in ("ggamma", "gbeta", "dh", "db", "gx", "rgamma", "rbeta", "rsum"):
         np.testing.assert_array_equal(one[key], two[key])
-    np.testing.assert_array_equal(two["ggamma"], _task_order_sum(one["g"] * one["xhat"]))
-    np.testing.assert_array_equal(two["gbeta"], _task_order_sum(one["g"]))
-    np.testing.assert_array_equal(two["db"], _task_order_sum(two["dh"]))
+    np.testing.assert_array_equal(two["ggamma"], task_order_sum(one["g"] * one["xhat"]))
+    np.testing.assert_array_equal(two["gbeta"], task_order_sum(one["g"]))
+    np.testing.assert_array_equal(two["db"], task_order_sum(two["dh"]))
     # the row kernel's sums: partial sums of 256 rows each, added in order
     g, xhat, h = (one[k].astype(np.float64) for k in ("g", "xhat", "h"))
     gy = g * h
@@ -278,4 +251,4 @@ def test_column_sums_have_the_same_bits_on_one_and_two_threads(tmp_path):
     sums = {"rgamma": (g * xhat).sum(0), "rbeta": g.sum(0), "rsum": two["gx"].astype(np.float64).sum(0)}
     for key, want in sums.items():
         np.testing.assert_allclose(two[key], want, rtol=1e-5, atol=1e-2)
-    np.testing.assert_array_equal(two["rgamma"], _task_order_sum(one["g"] * one["xhat"]))
+    np.testing.assert_array_equal(two["rgamma"], task_order_sum(one["g"] * one["xhat"]))

@@ -12,6 +12,8 @@ from mstrain.graph import half_bias
 from mstrain.graph.native import NativeProgram
 from mstrain.train.sink import GraphSinkRunner
 
+from ._amp_steps import o2_train_step, parameters
+
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
 
@@ -49,12 +51,7 @@ def _batches(count=12, seed=0):
 
 def _train(mode):
     ms.set_seed(0)
-    net = nn.SequentialCell([nn.Dense(40, 24), nn.ReLU(), nn.Dense(24, 6)])
-    manager = ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 20, scale_factor=2, scale_window=4)
-    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2", loss_scale_manager=manager)
-    step = model.train_network
-    step.set_train(True)
+    step = o2_train_step(nn.SequentialCell([nn.Dense(40, 24), nn.ReLU(), nn.Dense(24, 6)]), 2.0 ** 20, 4)
     losses, folded = [], None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -65,7 +62,7 @@ def _train(mode):
             runner = GraphSinkRunner(step)
             losses = [float(v) for v in runner.run(_batches())]
             folded = runner.compiled_calls()[0].graph.count(prim="half_add_widen")
-    return np.array(losses), {p.name: p.asnumpy().copy() for p in step.get_parameters()}, folded
+    return np.array(losses), parameters(step), folded
 
 
 def test_folded_bias_add_trains_as_the_unfolded_graph_and_eager(monkeypatch):

@@ -1,7 +1,7 @@
 """Overflow checks of float16 products done as the product rounds its result
 (mstrain.graph.half_checks): the flag against numpy, the same training (losses, scales, weights)
-as the step that sums the gradient, and one overflowing large gradient skipping every update,
-eager and sink."""
+as the step that sums the gradient, and one overflowing bias gradient skipping every update, eager
+and sink (an overflowing weight gradient's product: test_loss_scale_sink.py)."""
 import shutil
 import warnings
 
@@ -14,6 +14,8 @@ from mstrain.graph import half_checks
 from mstrain.graph.half import half_gemm
 from mstrain.graph.native import NativeProgram
 from mstrain.train.sink import GraphSinkRunner
+
+from ._amp_steps import assert_update_skipped, o2_step, o2_train_step, parameters
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -55,12 +57,7 @@ def _batches(count=30, seed=0):
 
 def _train():
     ms.set_seed(0)
-    net = nn.SequentialCell([nn.Dense(96, 64), nn.ReLU(), nn.Dense(64, 4)])
-    manager = ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 24, scale_factor=2, scale_window=5)
-    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2", loss_scale_manager=manager)
-    step = model.train_network
-    step.set_train(True)
+    step = o2_train_step(nn.SequentialCell([nn.Dense(96, 64), nn.ReLU(), nn.Dense(64, 4)]), 2.0 ** 24, 5)
     runner = GraphSinkRunner(step)
     scales = []
     with warnings.catch_warnings():
@@ -71,7 +68,7 @@ def _train():
             scales.append(step.scale_sense.loss_scale)
     graph = runner.compiled_calls()[0].graph
     folded = graph.count(prim="half_product_checked")
-    return np.array(losses), scales, {p.name: p.asnumpy().copy() for p in step.get_parameters()}, folded
+    return np.array(losses), scales, parameters(step), folded
 
 
 def test_folded_checks_train_as_the_summed_checks(monkeypatch):
@@ -87,48 +84,9 @@ def test_folded_checks_train_as_the_summed_checks(monkeypatch):
         np.testing.assert_array_equal(state[name], value, err_msg=name)
 
 
-def _large_gradient_overflow_step(sink):
-    """One O2 step where only the 128 x 64 weight gradient overflows float16: large ReLU outputs
-    (finite in float16) times the scaled loss gradient; tiny output weights keep the others finite."""
-    net = nn.SequentialCell([nn.Dense(12, 64), nn.ReLU(), nn.Dense(64, 128)])
-    rng = np.random.default_rng(7)
-    x = np.abs(rng.standard_normal((8, 12))).astype(np.float32)
-    net[0].weight.set_data(np.full((64, 12), 3000.0, np.float32))
-    net[0].bias.set_data(np.zeros(64, np.float32))
-    net[2].weight.set_data((rng.standard_normal((128, 64)) * 1e-6).astype(np.float32))
-    net[2].bias.set_data(np.zeros(128, np.float32))
-    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2",
-                     loss_scale_manager=ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 12))
-    step = model.train_network
-    step.set_train(True)
-    y = np.arange(8).astype(np.int32)
-    h = np.maximum(x.astype(np.float16) @ net[0].weight.asnumpy().astype(np.float16).T, 0)
-    assert np.isfinite(h).all() and float(h.max()) * 2.0 ** 12 / 8 * 0.99 > 65504  # dW2 beyond float16
-    before = {p.name: p.asnumpy().copy() for p in step.get_parameters()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        if sink:
-            runner = GraphSinkRunner(step)
-            runner.run([(x, y)])
-            assert runner.compiled_calls()[0].graph.count(prim="half_product_checked") == 1
-        else:
-            step(ms.Tensor(x), ms.Tensor(y))
-    return before, {p.name: p.asnumpy().copy() for p in step.get_parameters()}, step.scale_sense.get_state()
-
-
-@pytest.mark.parametrize("sink", [False, True])
-def test_one_overflowing_large_gradient_skips_every_update(sink):
-    before, after, state = _large_gradient_overflow_step(sink)
-    assert state == {"loss_scale": 2.0 ** 11, "good_steps": 0, "step": 1}
-    for name, value in before.items():  # weights, moments, global step: nothing written
-        np.testing.assert_array_equal(after[name], value, err_msg=name)
-
-
 @pytest.mark.parametrize("rows, cols", [(32, 128), (5, 7), (3, 4100)])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_the_bias_gradient_sum_sets_the_flag(rows, cols, dtype):
-    from mstrain.graph.native import NativeProgram
     from mstrain.ops.primitive import get
 
     rng = np.random.default_rng(3)
@@ -148,10 +106,10 @@ def test_the_bias_gradient_sum_sets_the_flag(rows, cols, dtype):
         assert np.isnan(flag) == (bad is not None) and (flag == 0 or np.isnan(flag))
 
 
-def _bias_overflow_step(sink):
-    """One O2 step where only the output layer's bias gradient overflows float16: every row's scaled
-    loss gradient is finite (32765), their sum over the batch is not; tiny weights and inputs keep
-    the products finite."""
+def _bias_overflow_net():
+    """Only the output layer's bias gradient overflows float16 at a loss scale of 2^18: every row's
+    scaled loss gradient is finite (32765), their sum over the batch is not; tiny weights and inputs
+    keep the products finite. (net, x)"""
     net = nn.SequentialCell([nn.Dense(12, 16), nn.ReLU(), nn.Dense(16, 4)])
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((8, 12)) * 1e-3).astype(np.float32)
@@ -160,29 +118,14 @@ def _bias_overflow_step(sink):
     net[2].bias.set_data(np.array([20.0, 0, 0, 0], np.float32))
     scaled = np.float16(2.0 ** 18 / 8 * (1 - np.exp(-20.0)))  # class 0's loss gradient, every row
     h = np.maximum(x @ net[0].weight.asnumpy().T, 0)
-    assert np.isfinite(scaled) and not np.isfinite(np.float16(8 * float(scaled)))
+    with np.errstate(over="ignore"):  # the intended overflow
+        assert np.isfinite(scaled) and not np.isfinite(np.float16(8 * float(scaled)))
     assert 8 * float(scaled) * float(h.max()) < 6e4  # the weight gradient stays finite
-    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2",
-                     loss_scale_manager=ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 18))
-    step = model.train_network
-    step.set_train(True)
-    y = np.ones(8, np.int32)
-    before = {p.name: p.asnumpy().copy() for p in step.get_parameters()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        if sink:
-            runner = GraphSinkRunner(step)
-            runner.run([(x, y)])
-            assert runner.compiled_calls()[0].graph.count(prim="half_sum_checked") == 2
-        else:
-            step(ms.Tensor(x), ms.Tensor(y))
-    return before, {p.name: p.asnumpy().copy() for p in step.get_parameters()}, step.scale_sense.get_state()
+    return net, x
 
 
 @pytest.mark.parametrize("sink", [False, True])
 def test_an_overflowing_bias_gradient_skips_every_update(sink):
-    before, after, state = _bias_overflow_step(sink)
-    assert state == {"loss_scale": 2.0 ** 17, "good_steps": 0, "step": 1}
-    for name, value in before.items():  # weights, moments, global step: nothing written
-        np.testing.assert_array_equal(after[name], value, err_msg=name)
+    net, x = _bias_overflow_net()
+    before, after, state = o2_step(net, x, np.ones(8, np.int32), 2.0 ** 18, sink, prim="half_sum_checked", count=2)
+    assert_update_skipped(before, after, state, 2.0 ** 18)

@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 
 import mstrain as ms
-from mstrain import nn
-from mstrain.graph import half_shadow
+from mstrain import nn, ops
+from mstrain.graph import compile_graph, half_shadow
+from mstrain.ops.math import numpy_matmul
 from mstrain.train.sink import GraphSinkRunner
+
+from ._amp_steps import o2_train_step, parameters
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -26,21 +29,12 @@ def _step():
     """An O2 step with a hidden 64 x 64 weight (read by its forward and input-gradient products)."""
     ms.set_seed(0)
     net = nn.SequentialCell([nn.Dense(24, 64), nn.ReLU(), nn.Dense(64, 64), nn.ReLU(), nn.Dense(64, 4)])
-    manager = ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 12, scale_factor=2, scale_window=5)
-    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2", loss_scale_manager=manager)
-    step = model.train_network
-    step.set_train(True)
-    return net, step
+    return net, o2_train_step(net, 2.0 ** 12, 5)
 
 
 def _shadows(runner):
     graph = runner.compiled_calls()[0].graph
     return [n for n in graph.nodes if n.op == "resident" and isinstance(n.value, half_shadow.HalfShadow)]
-
-
-def _state(step):
-    return {p.name: p.asnumpy().copy() for p in step.get_parameters()}
 
 
 def _train(shadowed, between=None):
@@ -54,7 +48,7 @@ def _train(shadowed, between=None):
             between(net)
         losses.append(runner.run(_batches(6, seed=1)))
     assert len(_shadows(runner)) == (1 if shadowed else 0)
-    return np.concatenate(losses), _state(step)
+    return np.concatenate(losses), parameters(step)
 
 
 def _check_same(between=None, monkeypatch=None):
@@ -135,15 +129,31 @@ def test_half_widen_in_c_equals_numpy(dtype):
     NativeProgram([kernel]).run()
     np.testing.assert_array_equal(out, want)
     out[...] = 0
-    kernel()
+    with np.errstate(over="ignore"):  # the float32 input's 7e4 rounds to inf
+        kernel()
     np.testing.assert_array_equal(out, want)
 
 
-def test_an_operand_several_products_read_is_widened_once(monkeypatch):
-    from mstrain import ops
-    from mstrain.graph import Tracer, compile_graph, tracing
-    from mstrain.ops.math import numpy_matmul
+def _widen_and_run(trace_graph, step, arrays):
+    """`step` traced and compiled with fusion: (its half_widen nodes, its outputs on `arrays`)."""
+    optimised, run = compile_graph(trace_graph(step, *arrays), fusion=True)
+    return optimised.count(prim="half_widen"), run.run(arrays)
 
+
+def _assert_sharing_changes_no_bit(monkeypatch, trace_graph, step, arrays, want, widened):
+    """The compiled step widens `widened` operands once for all their products and gives `want`;
+    with the sharing pass off it widens none and gives the same bits."""
+    count, got = _widen_and_run(trace_graph, step, arrays)
+    assert count == widened
+    monkeypatch.setattr(half_shadow, "share_widened_operands", lambda graph: graph)
+    none, unshared = _widen_and_run(trace_graph, step, arrays)
+    assert none == 0 and len(got) == len(unshared) == len(want)
+    for a, b, c in zip(got, unshared, want):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, c)
+
+
+def test_an_operand_several_products_read_is_widened_once(monkeypatch, trace_graph):
     rng = np.random.default_rng(9)
     x = (rng.standard_normal((64, 96)) * np.float32(1 + 2 ** -12)).astype(np.float32)  # not float16 values
     w = rng.standard_normal((96, 48)).astype(np.float16)
@@ -154,34 +164,14 @@ def test_an_operand_several_products_read_is_widened_once(monkeypatch):
         h = ops.matmul(x16, w)                              # forward: x @ W
         return h, ops.matmul(ops.transpose(x16, (1, 0)), g)  # weight gradient: x.T @ g
 
-    def compiled():
-        tracer = Tracer("step")
-        inputs = [tracer.add_input(ms.Tensor(a)) for a in (x, w, g)]
-        with tracing(tracer):
-            outs = step(*inputs)
-            graph = tracer.finish([tracer.output_node(o) for o in outs])
-        optimised, run = compile_graph(graph, fusion=True)
-        return optimised.count(prim="half_widen"), run.run([x, w, g])
-
-    widened, got = compiled()
-    assert widened == 1
     x16 = x.astype(np.float16)
     want = [numpy_matmul(x16, w), numpy_matmul(x16.T, g)]
-    monkeypatch.setattr(half_shadow, "share_widened_operands", lambda graph: graph)
-    none, unshared = compiled()
-    assert none == 0
-    for a, b, c in zip(got, unshared, want):
-        np.testing.assert_array_equal(a, c)
-        np.testing.assert_array_equal(b, c)
+    _assert_sharing_changes_no_bit(monkeypatch, trace_graph, step, [x, w, g], want, widened=1)
 
 
-def test_an_activation_of_a_widened_operand_is_widened_once_too(monkeypatch):
+def test_an_activation_of_a_widened_operand_is_widened_once_too(monkeypatch, trace_graph):
     """h = relu(x @ W1) is read by two products, and so is x: widening x replaces h's inputs, and h
     (a new node then) is still found and widened."""
-    from mstrain import ops
-    from mstrain.graph import Tracer, compile_graph, tracing
-    from mstrain.ops.math import numpy_matmul
-
     rng = np.random.default_rng(4)
     x = rng.standard_normal((32, 160)).astype(np.float32)
     w1, w2 = (rng.standard_normal(s).astype(np.float16) for s in ((160, 128), (128, 10)))
@@ -193,23 +183,7 @@ def test_an_activation_of_a_widened_operand_is_widened_once_too(monkeypatch):
         return (ops.matmul(h, w2), ops.matmul(ops.transpose(h, (1, 0)), g2),
                 ops.matmul(ops.transpose(x16, (1, 0)), g1))
 
-    def compiled():
-        tracer = Tracer("step")
-        inputs = [tracer.add_input(ms.Tensor(a)) for a in (x, w1, w2, g1, g2)]
-        with tracing(tracer):
-            outs = step(*inputs)
-            graph = tracer.finish([tracer.output_node(o) for o in outs])
-        optimised, run = compile_graph(graph, fusion=True)
-        return optimised.count(prim="half_widen"), run.run([x, w1, w2, g1, g2])
-
-    widened, got = compiled()
-    assert widened == 2  # x and h
     x16 = x.astype(np.float16)
     h = np.maximum(numpy_matmul(x16, w1), 0)
     want = [numpy_matmul(h, w2), numpy_matmul(h.T, g2), numpy_matmul(x16.T, g1)]
-    monkeypatch.setattr(half_shadow, "share_widened_operands", lambda graph: graph)
-    none, unshared = compiled()
-    assert none == 0
-    for a, b, c in zip(got, unshared, want):
-        np.testing.assert_array_equal(a, c)
-        np.testing.assert_array_equal(b, c)
+    _assert_sharing_changes_no_bit(monkeypatch, trace_graph, step, [x, w1, w2, g1, g2], want, widened=2)  # x, h

@@ -1,15 +1,14 @@
 """Generated kernels large enough to run on several threads (elementwise loops, row kernels
 with per-row reductions, sums over leading axes: bias gradients, and kernels of many ops from fewer
 elements: an AdamW update) give numpy's numbers, and the same bits on one and two threads."""
-import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from mstrain.graph import codegen, codegen_reduce
+from mstrain.graph import codegen
+
+from ._thread_probe import TRACE, run_probe, task_order_sum
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -19,21 +18,10 @@ BIAS_ROWS, BIAS_COLS = 2048, 300  # a bias gradient: column blocks of 128, 128 a
 UPDATE = 100003                   # an AdamW update of this many elements: under _PARALLEL_MIN, many ops
 UPDATE_OPS = 12                   # at least this many fused ops in it
 
-_PROBE = r"""
-import sys
-import numpy as np
-import mstrain as ms
+_PROBE = TRACE + r"""
 from mstrain import ops
-from mstrain.graph import Tracer, tracing, compile_graph
+from mstrain.graph import compile_graph
 from mstrain.ops.math import sum_to
-
-def trace(fn, *arrays):
-    tracer = Tracer("probe")
-    inputs = [tracer.add_input(ms.Tensor(a)) for a in arrays]
-    with tracing(tracer):
-        out = fn(*inputs)
-        nodes = [tracer.output_node(o) for o in (out if isinstance(out, tuple) else (out,))]
-    return tracer.finish(nodes)
 
 def layer_norm(x, r, w, b):
     h = x + r
@@ -71,14 +59,6 @@ np.savez(sys.argv[1], x=x, r=r, w=w, b=b, flat=flat, normed=normed, squares=squa
        "update": UPDATE, "update_ops": UPDATE_OPS}
 
 
-def _probe(tmp_path, threads):
-    path = tmp_path / f"threads{threads}.npz"
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1")
-    subprocess.run([sys.executable, "-c", _PROBE, str(path)], env=env, check=True, timeout=240)
-    with np.load(path) as archive:
-        return {k: archive[k] for k in archive.files}
-
-
 def test_the_probe_sizes_take_the_threaded_loops():
     assert ROWS * WIDTH > codegen._PARALLEL_MIN and FLAT > codegen._PARALLEL_MIN
     assert BIAS_ROWS * BIAS_COLS > codegen._PARALLEL_MIN and BIAS_COLS > 2 * codegen._COLUMN_BLOCK
@@ -92,14 +72,11 @@ def test_kernels_of_few_ops_keep_the_element_threshold():
 
 def test_threaded_kernels_match_numpy_and_one_thread_bit_for_bit(tmp_path):
     from scipy.special import erf
-    one, two = _probe(tmp_path, 1), _probe(tmp_path, 2)
+    one, two = run_probe(_PROBE, tmp_path, 1), run_probe(_PROBE, tmp_path, 2)
     for key in ("normed", "squares", "gelu", "bias_sum", "axes_sum", "row_sum", "last_sum", "updated"):
         np.testing.assert_array_equal(one[key], two[key])
     # the sum joins the kernel computing a * 0.5: rows in order within tasks, then the tasks in order
-    task = codegen_reduce._COLUMN_ROWS
-    halves = one["g"] * np.float32(0.5)
-    partial = np.stack([np.sum(halves[k:k + task], 0) for k in range(0, BIAS_ROWS, task)])
-    np.testing.assert_array_equal(two["bias_sum"], np.sum(partial, 0))
+    np.testing.assert_array_equal(two["bias_sum"], task_order_sum(one["g"] * np.float32(0.5)))
     np.testing.assert_array_equal(two["axes_sum"], np.sum(one["g"], 0))  # numpy's row order
     np.testing.assert_array_equal(two["row_sum"], np.sum(one["g"], 0))
     np.testing.assert_array_equal(two["last_sum"], np.add.reduce(one["g"], axis=-1, keepdims=True))

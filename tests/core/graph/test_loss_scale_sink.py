@@ -2,6 +2,7 @@
 optimizer state and loss-scale history in eager and graph sink mode (bit for bit unfused, as the
 unfused graph is the project's exactness contract; fused kernels differ from numpy by rounding
 noise only); overflowed steps write nothing."""
+import shutil
 import warnings
 
 import numpy as np
@@ -11,6 +12,8 @@ import mstrain as ms
 from mstrain import nn
 from mstrain.train.sink import GraphSinkRunner
 from mstrain.train.callback import Callback
+
+from ._amp_steps import assert_update_skipped, o2_step, o2_train_step, parameters
 
 STEPS = 50
 
@@ -135,44 +138,36 @@ def test_fixed_loss_scale_skips_in_graph_mode_as_in_eager():
     assert sink_state == eager_state == {"loss_scale": 2.0 ** 20, "step": 6}
 
 
-def _one_overflowing_gradient_step(sink):
-    """One O2 step where only the second layer's weight gradient overflows float16: the ReLU
-    outputs are large (finite in float16) and the output weights tiny, so dW2 = h^T dlogits is
-    beyond float16's range while db2, dh, dW1 and db1 stay finite. (parameters before, after, scale state)"""
-    net = nn.SequentialCell([nn.Dense(12, 32), nn.ReLU(), nn.Dense(32, 4)])
+def _large_activation_net(hidden, classes):
+    """Large ReLU outputs (finite in float16) before tiny output weights: dW2 = h^T dlogits is beyond
+    float16's range while db2, dh, dW1 and db1 stay finite. (net, x)"""
+    net = nn.SequentialCell([nn.Dense(12, hidden), nn.ReLU(), nn.Dense(hidden, classes)])
     rng = np.random.default_rng(7)
     x = np.abs(rng.standard_normal((8, 12))).astype(np.float32)
-    net[0].weight.set_data(np.full((32, 12), 3000.0, np.float32))
-    net[0].bias.set_data(np.zeros(32, np.float32))
-    net[2].weight.set_data((rng.standard_normal((4, 32)) * 1e-6).astype(np.float32))
-    net[2].bias.set_data(np.zeros(4, np.float32))
-    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                     nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2",
-                     loss_scale_manager=ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 12))
-    step = model.train_network
-    step.set_train(True)
-    y = np.arange(8).astype(np.int32) % 4
-    h = np.maximum(x.astype(np.float16) @ net[0].weight.asnumpy().astype(np.float16).T, 0)
-    dlogits = np.float16(2.0 ** 12 / 8 * 0.75)  # (softmax - one hot) * scale / batch at the label
-    with np.errstate(over="ignore"):
-        dw2 = (h.astype(np.float32) * dlogits * 8).astype(np.float16)  # a lower bound of |dW2|'s largest
-    assert np.isfinite(h).all() and not np.isfinite(dw2).all()
-    before = {p.name: p.asnumpy().copy() for p in step.get_parameters()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        if sink:
-            GraphSinkRunner(step).run([(x, y)])
-        else:
-            step(ms.Tensor(x), ms.Tensor(y))
-    return before, {p.name: p.asnumpy().copy() for p in step.get_parameters()}, step.scale_sense.get_state()
+    net[0].weight.set_data(np.full((hidden, 12), 3000.0, np.float32))
+    net[0].bias.set_data(np.zeros(hidden, np.float32))
+    net[2].weight.set_data((rng.standard_normal((classes, hidden)) * 1e-6).astype(np.float32))
+    net[2].bias.set_data(np.zeros(classes, np.float32))
+    return net, x
 
 
+_NEEDS_CXX = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+
+
+@pytest.mark.parametrize("hidden, classes, checked", [
+    (32, 4, 0),  # every product too small for its overflow check to be folded into it
+    pytest.param(64, 128, 1, marks=_NEEDS_CXX),  # the 128 x 64 weight gradient's product checks itself
+])
 @pytest.mark.parametrize("sink", [False, True])
-def test_one_overflowing_gradient_skips_every_parameters_update(sink):
-    before, after, state = _one_overflowing_gradient_step(sink)
-    assert state == {"loss_scale": 2.0 ** 11, "good_steps": 0, "step": 1}
-    for name, value in before.items():  # weights, moments, global step: nothing written
-        np.testing.assert_array_equal(after[name], value, err_msg=name)
+def test_one_overflowing_weight_gradient_skips_every_parameters_update(sink, hidden, classes, checked):
+    net, x = _large_activation_net(hidden, classes)
+    y = np.arange(8).astype(np.int32) % classes
+    h = np.maximum(x.astype(np.float16) @ net[0].weight.asnumpy().astype(np.float16).T, 0)
+    # (softmax - one hot) * scale / batch at one row's label (logits near 0): one row puts dW2 beyond float16
+    dlogits = 2.0 ** 12 / 8 * (1 - 1 / classes)
+    assert np.isfinite(h).all() and float(h.max()) * dlogits * 0.99 > 65504
+    before, after, state = o2_step(net, x, y, 2.0 ** 12, sink, prim="half_product_checked", count=checked)
+    assert_update_skipped(before, after, state, 2.0 ** 12)
 
 
 def test_unscaled_gradients_recomputed_in_their_readers_change_no_bit(monkeypatch):
@@ -186,18 +181,13 @@ def test_unscaled_gradients_recomputed_in_their_readers_change_no_bit(monkeypatc
 
     def train():  # a first layer of 96 x 64 weights: large enough to be recomputed
         ms.set_seed(0)
-        net = nn.SequentialCell([nn.Dense(96, 64), nn.ReLU(), nn.Dense(64, 4)])
-        manager = ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 20, scale_factor=2, scale_window=10)
-        model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                         nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2", loss_scale_manager=manager)
-        step = model.train_network
-        step.set_train(True)
+        step = o2_train_step(nn.SequentialCell([nn.Dense(96, 64), nn.ReLU(), nn.Dense(64, 4)]), 2.0 ** 20, 10)
         runner = GraphSinkRunner(step)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             losses = runner.run(batches)
         stats = runner.compiled_calls()[0].executable.stats()
-        return losses, {p.name: p.asnumpy().copy() for p in step.get_parameters()}, stats["planned_bytes"]
+        return losses, parameters(step), stats["planned_bytes"]
 
     losses, state, planned = train()
     monkeypatch.setattr(half, "recompute_widened_halves", lambda graph: graph)

@@ -2,10 +2,6 @@
 against the numpy references, the references against finite differences, the op in eager, graph and
 loop-sink mode (native steps, no Python in the loop), the shard rule, and PyTorch's values when torch
 is installed."""
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -15,6 +11,7 @@ from mstrain.errors import ShapeError
 from mstrain.kernels import attention as K
 from mstrain.ops import functional as F
 from ...torch_support import import_torch
+from ..graph._thread_probe import run_probe
 
 # (B, H, T, S, D, E), causal, bias shape (None: no bias)
 CASES = [((2, 3, 7, 7, 4, 5), False, None), ((2, 3, 7, 7, 4, 4), True, (1, 3, 7, 7)),
@@ -96,14 +93,7 @@ def test_native_attention_gives_the_same_bits_on_one_and_two_threads(monkeypatch
     """(batch, head) blocks go to whichever thread is free; each is computed the same way, so the
     numbers are the one-thread numbers (and the reference's)."""
     _native_only(monkeypatch)
-    runs = []
-    for threads in (1, 2):
-        path = tmp_path / f"attention{threads}.npz"
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-        subprocess.run([sys.executable, "-c", _THREADS_PROBE, str(path)], env=env, check=True, timeout=240)
-        with np.load(path) as archive:
-            runs.append({key: archive[key] for key in archive.files})
-    one, two = runs
+    one, two = (run_probe(_THREADS_PROBE, tmp_path, threads, blas_threads=None) for threads in (1, 2))
     for key in ("out", "gq", "gk", "gv", "gbias"):
         np.testing.assert_array_equal(one[key], two[key])
     views = [np.ascontiguousarray(np.swapaxes(one[key], 1, 2)) for key in ("q", "k", "v", "gout")]

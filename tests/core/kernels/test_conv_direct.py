@@ -8,6 +8,7 @@ from mstrain import kernels
 from mstrain.kernels import conv as K
 
 from ...torch_support import import_torch
+from ..graph._thread_probe import run_probe
 
 # (x shape, weight shape, stride, padding (top, bottom, left, right), dilation). Output channels that
 # fill whole vectors (multiples of 32) on a plane of < 256 grid positions run transposed (positions as
@@ -108,15 +109,8 @@ np.savez(sys.argv[1], *arrays)
 def test_direct_results_do_not_depend_on_the_thread_count(native, tmp_path):
     """Samples go to the threads and the filter gradient sums fixed blocks of samples in order: one
     and two threads give the same bits."""
-    import os
-    import subprocess
-    import sys
-    results = []
-    for threads in ("1", "2"):
-        path = tmp_path / f"threads{threads}.npz"
-        env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
-        subprocess.run([sys.executable, "-c", _THREADS_PROBE, str(path)], env=env, check=True, timeout=120)
-        with np.load(path) as archive:
-            results.append([archive[k] for k in archive.files])
+    results = [list(run_probe(_THREADS_PROBE, tmp_path, threads, blas_threads=threads, timeout=120).values())
+               for threads in (1, 2)]
+    assert len(results[0]) == len(results[1]) == 12
     for one, two in zip(*results):
         np.testing.assert_array_equal(one, two)
