@@ -477,13 +477,28 @@ def c_call(native):
     kind = native[0] if native is not None else None
     if kind == "kernel":
         return tuple(native[1:])
-    entry = {"gemm": _Runtime.gemm, "gemm_bias": _Runtime.gemm_bias, "sum_rows": _Runtime.sum_rows, "sum_last": _Runtime.sum_last,
+    entry = {"gemm": _Runtime.gemm, "sum_rows": _Runtime.sum_rows, "sum_last": _Runtime.sum_last,
              "thin_gemm": _thin_gemm_entry()}.get(kind)
     if entry is None:
         return None
     _, arrays, params = native
-    pointers = (ctypes.c_void_p * len(arrays))(*[x.ctypes.data for x in arrays])
-    return entry, pointers, (ctypes.c_int64 * len(params))(*params)
+    return c_step(entry, [x.ctypes.data for x in arrays], params)
+
+
+def c_step(entry, addresses, params):
+    """(entry, pointers, values): one call of a C entry `void f(void** p, const int64_t* n)` on the
+    arrays at `addresses` with the integer `params`, in the form the step runner calls (and
+    `run_c_step` calls from Python). The caller keeps the arrays alive as long as the step."""
+    pointers = (ctypes.c_void_p * len(addresses))(*addresses)
+    values = (ctypes.c_int64 * len(params))(*params)
+    return entry, pointers, values
+
+
+def run_c_step(step):
+    """Run one (entry, pointers, values) C call (entry: a ctypes function or an address) from Python."""
+    entry, pointers, values = step
+    function = KERNEL(entry) if isinstance(entry, int) else entry
+    function(ctypes.addressof(pointers), ctypes.addressof(values))
 
 
 def _thin_gemm_entry():
