@@ -32,7 +32,6 @@ _DEPTH_LADDER = (512, 448, 384, 320, 256, 192, 128, 64)
 _PROBE_ROWS, _PROBE_COLS = 256, 64   # large enough for BLAS's blocked path (not its small-matrix kernels)
 _SMALL_PROBE = (24, 40, 48)          # ... and a product small enough for them
 _depths = {}
-ENABLED = True  # tests switch it off to compare against the two passes
 
 
 def blas_bias_depth(dtype):
@@ -95,7 +94,7 @@ class BiasProduct:
 def bias_product(product, bias, out):
     """A BiasProduct computing `product` (a built product kernel writing `out`) plus `bias`, or None
     where that would change a bit or there is no such entry (see the module docstring)."""
-    if not ENABLED or bias.dtype != out.dtype or bias.ndim != 1 or bias.shape[0] != out.shape[-1] \
+    if bias.dtype != out.dtype or bias.ndim != 1 or bias.shape[0] != out.shape[-1] \
             or not bias.flags.c_contiguous:
         return None
     from ..kernels import gemm_panel
