@@ -21,11 +21,12 @@ copies and a float32 matmul into the same buffers. The conversions are exact (ro
 with numpy's results bit for bit: the CPU's F16C / AVX-512 instructions where the compiler targets
 them, branch-free bit arithmetic elsewhere (see codegen.HALF_HELPERS).
 """
-import ctypes
+import collections
 import functools
 import numpy as np
 
 from . import build as _build
+from . import native
 from ..kernels.blas_params import gemm_params
 from .codegen import HALF_HELPERS
 from .ir import Node, rewrite
@@ -248,13 +249,24 @@ extern "C" void ms_float_round_half(void** p, const int64_t* n) {
 """
 
 
+HalfConverters = collections.namedtuple("HalfConverters", (
+    "half_to_float", "float_to_half", "half_sum_rows", "float_round_half", "float_to_half_checked",
+    "half_add_widen", "half_sum_rows_checked"))
+
+
 def converters():
-    """The C functions (compiled once): (half_to_float, float_to_half, half_sum_rows,
-    float_round_half, float_to_half_checked, half_add_widen, half_sum_rows_checked), or None without a
-    compiler."""
-    return _build.load_optional(_SOURCE, "ms_half_to_float", "ms_float_to_half", "ms_half_sum_rows",
-                                "ms_float_round_half", "ms_float_to_half_checked", "ms_half_add_widen",
-                                "ms_half_sum_rows_checked")
+    """The C functions of this module (compiled once) as a HalfConverters, or None without a compiler."""
+    functions = _build.load_optional(_SOURCE, *(f"ms_{name}" for name in HalfConverters._fields))
+    return None if functions is None else HalfConverters(*functions)
+
+
+def cast_source(node, users=None):
+    """The float32 value `node` rounds when it is a cast of it to float16 (with `users`: one read by
+    nothing else), which a kernel reading that value rounded itself takes instead; else `node`."""
+    if node.op == "call" and node.prim.name == "cast" and node.inputs[0].dtype == np.float32 and \
+            node.inputs[0].shape == node.shape and (users is None or len(users.get(id(node), ())) == 1):
+        return node.inputs[0]
+    return node
 
 
 def _as_half(array):
@@ -322,7 +334,6 @@ class HalfGemm:
             self.flag[...] = 0.0 if np.isfinite(self.out).all() else np.nan
 
     def _native_steps(self):
-        from . import native
         library = native.runtime()
         functions = converters()
         if library is None or native._Runtime.gemm is None or functions is None or self.c_flat is None or \
@@ -341,29 +352,25 @@ class HalfGemm:
             params = gemm_params(self.a32, self.b32, self.c32)
             if params is None:
                 return None
-            product = [self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params)]
-        half_to_float, float_to_half, _, round_half, checked = functions[:5]
-        widen = lambda x: half_to_float if x.dtype == np.float16 else round_half  # noqa: E731
-        steps = [self._call(widen(x), [x.ctypes.data, flat.ctypes.data], [flat.size])
+            product = [native.c_step(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)],
+                                     params)]
+        widen = lambda x: functions.half_to_float if x.dtype == np.float16 else functions.float_round_half  # noqa: E731
+        steps = [native.c_step(widen(x), [x.ctypes.data, flat.ctypes.data], [flat.size])
                  for x, flat, exact in ((self.a, self.a_flat, self.exact[0]), (self.b, self.b_flat, self.exact[1]))
                  if not exact]
-        rounding = self._call(float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data], [self.c_flat.size])
+        rounding = native.c_step(functions.float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data],
+                                 [self.c_flat.size])
         if self.flag is not None:
-            rounding = self._call(checked, [self.c_flat.ctypes.data, self.out.ctypes.data, self.flag.ctypes.data],
-                                  [self.c_flat.size])
+            rounding = native.c_step(functions.float_to_half_checked,
+                                     [self.c_flat.ctypes.data, self.out.ctypes.data, self.flag.ctypes.data],
+                                     [self.c_flat.size])
         steps += [*product, rounding]
         return ("steps", steps)
 
     def _half_steps(self, entry):
         flag = 0 if self.flag is None else self.flag.ctypes.data
-        return ("steps", [self._call(entry, [self.a.ctypes.data, self.b.ctypes.data, self.out.ctypes.data, flag],
-                                     self.half)])
-
-    @staticmethod
-    def _call(function, addresses, params):
-        pointers = (ctypes.c_void_p * len(addresses))(*addresses)
-        values = (ctypes.c_int64 * len(params))(*params)
-        return (function, pointers, values)
+        return ("steps", [native.c_step(entry, [self.a.ctypes.data, self.b.ctypes.data, self.out.ctypes.data, flag],
+                                        self.half)])
 
 
 def attach_half_sum_rows(kernel, x, out):
@@ -378,7 +385,7 @@ def attach_half_sum_rows(kernel, x, out):
     rows = x.size // max(cols, 1)
     if rows < 1 or cols < 1:
         return False
-    kernel.native = ("steps", [HalfGemm._call(functions[2], [x.ctypes.data, out.ctypes.data], [rows, cols])])
+    kernel.native = ("steps", [native.c_step(functions.half_sum_rows, [x.ctypes.data, out.ctypes.data], [rows, cols])])
     return True
 
 
@@ -496,5 +503,5 @@ def recompute_widened_halves(graph):
     return rewrite(graph, rule)
 
 
-__all__ = ["HalfGemm", "half_gemm", "attach_half_sum_rows", "converters", "fold_operand_casts",
-           "recompute_widened_halves"]
+__all__ = ["HalfGemm", "HalfConverters", "half_gemm", "attach_half_sum_rows", "converters", "cast_source",
+           "fold_operand_casts", "recompute_widened_halves"]

@@ -17,12 +17,12 @@ outside it (a checkpoint loaded, `assign_value`, an eager step), so each call of
 refreshes every shadow from its weight first (`Executable.run`, `run_steps`: once per call, not
 per step of a sunk loop).
 """
-import ctypes
-
 import numpy as np
 
 from ..ops import primitive
 from .expand import Builder
+from . import native
+from .half import converters
 from .ir import Node, rewrite
 
 _PRODUCTS = ("matmul", "dense_weight_grad")
@@ -46,14 +46,12 @@ class HalfShadow:
         source = self.source._data
         if source.shape != self._data.shape or source.dtype != np.float32:
             return  # the executable rebinds (or re-traces) first: ResidentChanged
-        from .half import converters
         functions = converters()
         if functions is None or not source.flags.c_contiguous:
             np.copyto(self._data, source.astype(np.float16), casting="unsafe")
             return
-        pointers = (ctypes.c_void_p * 2)(source.ctypes.data, self._data.ctypes.data)
-        count = (ctypes.c_int64 * 1)(source.size)
-        functions[3](pointers, count)
+        native.run_c_step(native.c_step(functions.float_round_half, [source.ctypes.data, self._data.ctypes.data],
+                                        [source.size]))
 
 
 def is_half_exact(node):
@@ -75,16 +73,15 @@ def half_widen(x):
 @primitive.register_rule("host_kernel", "half_widen")
 def _widen_kernel(node, ins, outs):
     """The widening in C (F16C): one conversion call over the contiguous arrays, else None."""
-    from .half import HalfGemm, converters
     x, out = ins[0], outs[0]
     functions = converters()
     if functions is None or not x.flags.c_contiguous or not out.flags.c_contiguous or out.dtype != np.float32:
         return None
-    function = functions[0] if x.dtype == np.float16 else functions[3]
+    function = functions.half_to_float if x.dtype == np.float16 else functions.float_round_half
 
     def run():
         np.copyto(out, half_widen(x))
-    run.native = ("steps", [HalfGemm._call(function, [x.ctypes.data, out.ctypes.data], [x.size])])
+    run.native = ("steps", [native.c_step(function, [x.ctypes.data, out.ctypes.data], [x.size])])
     return run
 
 

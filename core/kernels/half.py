@@ -11,7 +11,6 @@ the same bits. The conversion code is the generated kernels' own (mstrain.graph.
 >>> to_float16(np.array([1.0, 65520.0, 1e-8], np.float32)).tolist()
 [1.0, inf, 0.0]
 """
-import ctypes
 
 import numpy as np
 
@@ -34,9 +33,8 @@ def _convert(x, dtype, which, out):
     if not out.flags.c_contiguous:
         out[...] = _convert(x, dtype, which, None)
         return out
-    pointers = (ctypes.c_void_p * 2)(x.ctypes.data, out.ctypes.data)
-    count = (ctypes.c_int64 * 1)(x.size)
-    functions[which](ctypes.addressof(pointers), ctypes.addressof(count))
+    from ..graph import native
+    native.run_c_step(native.c_step(getattr(functions, which), [x.ctypes.data, out.ctypes.data], [x.size]))
     return out
 
 
@@ -49,12 +47,12 @@ def _check(x, dtype, name):
 
 def to_float32(x, out=None):
     """float16 array -> float32 (exact)."""
-    return _convert(_check(x, np.float16, "to_float32"), np.float32, 0, out)
+    return _convert(_check(x, np.float16, "to_float32"), np.float32, "half_to_float", out)
 
 
 def to_float16(x, out=None):
     """float32 array -> float16, rounded to nearest even (inf beyond float16's range)."""
-    return _convert(_check(x, np.float32, "to_float16"), np.float16, 1, out)
+    return _convert(_check(x, np.float32, "to_float16"), np.float16, "float_to_half", out)
 
 
 def astype(x, dtype):
