@@ -39,14 +39,36 @@ extern "C" void ms_half_to_float(void** p, const int64_t* n) {
   ms_h2f_n(static_cast<const uint16_t*>(p[0]), static_cast<float*>(p[1]), n[0]);
 }
 
-/* acc[j] = float16(acc[j] + row[j]) for j < n: with AVX-512 the round trip through the CPU's
-   conversions in registers (two instructions a vector, the same value as ms_round_half's ten) */
+#if defined(__AVX512F__)
+/* v rounded to float16 precision by the round trip through the CPU's conversions in registers: two
+   instructions a vector, where ms_round_half's float arithmetic takes about ten (the same values) */
+static inline __m512 ms_round_half16(__m512 v) {
+  return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#endif
+
+/* y[0..n) = x[0..n) rounded to float16 precision (as a cast to float16 read back; y may be x): with
+   AVX-512 the round trip in registers, no float16 chunk stored and loaded back (W6's batch, 25k
+   values: about 3.3 -> 2 us), else through a float16 chunk a block at a time */
+static inline void ms_round_half_n(const float* x, float* y, int64_t n) {
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(y + j, ms_round_half16(_mm512_loadu_ps(x + j)));
+#endif
+  uint16_t chunk[512];
+  for (; j < n; j += 512) {
+    const int64_t m = n - j < 512 ? n - j : 512;
+    ms_f2h_n(x + j, chunk, m);
+    ms_h2f_n(chunk, y + j, m);
+  }
+}
+
+/* acc[j] = float16(acc[j] + row[j]) for j < n */
 static inline void ms_add_round_half(float* acc, const float* row, int64_t n) {
   int64_t j = 0;
 #if defined(__AVX512F__)
   for (; j + 16 <= n; j += 16)
-    _mm512_storeu_ps(acc + j, _mm512_cvtph_ps(_mm512_cvtps_ph(
-        _mm512_add_ps(_mm512_loadu_ps(acc + j), _mm512_loadu_ps(row + j)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    _mm512_storeu_ps(acc + j, ms_round_half16(_mm512_add_ps(_mm512_loadu_ps(acc + j), _mm512_loadu_ps(row + j))));
 #endif
   #pragma omp simd
   for (int64_t k = j; k < n; ++k) acc[k] = ms_round_half(acc[k] + row[k]);
@@ -63,23 +85,13 @@ static inline uint32_t ms_half_any_bad(const uint16_t* y, int64_t n) {
 /* y[0..n) = x's n values at float16 precision: float16 widened, float32 rounded (as a cast to float16
    read back) */
 static inline void ms_widen_n(const uint16_t* x, float* y, int64_t n) { ms_h2f_n(x, y, n); }
-static inline void ms_widen_n(const float* x, float* y, int64_t n) {
-  uint16_t chunk[512];
-  for (int64_t j = 0; j < n; j += 512) {
-    const int64_t m = n - j < 512 ? n - j : 512;
-    ms_f2h_n(x + j, chunk, m);
-    ms_h2f_n(chunk, y + j, m);
-  }
-}
+static inline void ms_widen_n(const float* x, float* y, int64_t n) { ms_round_half_n(x, y, n); }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 /* AVX-512: each row read straight from float16 memory, 4 vectors (64 columns, the last one masked)
-   at a time, each running sum rounded by a conversion round trip (two instructions, where
-   ms_round_half takes about fifteen): the sums of one row depend on the previous row's, so a narrow
-   row (a bias of 7) costs the latency of one add and one round trip per row, a row of 64 the same. */
-static inline __m512 ms_sum_round(__m512 v) {
-  return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
+   at a time, each running sum rounded by a conversion round trip (ms_round_half16): the sums of one
+   row depend on the previous row's, so a narrow row (a bias of 7) costs the latency of one add and
+   one round trip per row, a row of 64 the same. */
 static inline __mmask16 ms_sum_mask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffffu) : static_cast<__mmask16>((1u << left) - 1u);
 }
@@ -95,10 +107,10 @@ static void ms_half_sum_rows_avx512(const uint16_t* x, uint16_t* out, int64_t ro
     __m512 a3 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m3, row + 48));
     for (int64_t i = 1; i < rows; ++i) {
       row += cols;
-      a0 = ms_sum_round(_mm512_add_ps(a0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, row))));
-      if (m1) a1 = ms_sum_round(_mm512_add_ps(a1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, row + 16))));
-      if (m2) a2 = ms_sum_round(_mm512_add_ps(a2, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m2, row + 32))));
-      if (m3) a3 = ms_sum_round(_mm512_add_ps(a3, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m3, row + 48))));
+      a0 = ms_round_half16(_mm512_add_ps(a0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, row))));
+      if (m1) a1 = ms_round_half16(_mm512_add_ps(a1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, row + 16))));
+      if (m2) a2 = ms_round_half16(_mm512_add_ps(a2, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m2, row + 32))));
+      if (m3) a3 = ms_round_half16(_mm512_add_ps(a3, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m3, row + 48))));
     }
     const int rounding = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     _mm256_mask_storeu_epi16(out + c0, m0, _mm512_cvtps_ph(a0, rounding));
@@ -152,8 +164,13 @@ extern "C" void ms_half_sum_rows(void** p, const int64_t* n) {
    step's overflow check of a bias gradient) */
 extern "C" void ms_half_sum_rows_checked(void** p, const int64_t* n) {
   uint16_t* out = static_cast<uint16_t*>(p[1]);
-  const uint32_t bad = n[2] ? ms_half_sum_rows_impl(static_cast<const float*>(p[0]), out, n[0], n[1])
-                            : ms_half_sum_rows_impl(static_cast<const uint16_t*>(p[0]), out, n[0], n[1]);
+  uint32_t bad;
+  if (n[2]) {
+    bad = ms_half_sum_rows_impl(static_cast<const float*>(p[0]), out, n[0], n[1]);
+  } else {
+    ms_half_sum_rows(p, n);
+    bad = ms_half_any_bad(out, n[1]);
+  }
   *static_cast<float*>(p[2]) = bad ? ms_bits_float(0x7fc00000u) : 0.0f;
 }
 
@@ -173,9 +190,7 @@ extern "C" void ms_float_to_half_checked(void** p, const int64_t* n) {
   for (int64_t j = 0; j < count; j += 1024) {
     const int64_t m = count - j < 1024 ? count - j : 1024;
     ms_f2h_n(x + j, y + j, m);
-    const uint16_t* chunk = y + j;
-    #pragma omp simd reduction(|:bad)
-    for (int64_t k = 0; k < m; ++k) bad |= static_cast<uint32_t>((chunk[k] & 0x7c00u) == 0x7c00u);
+    bad |= ms_half_any_bad(y + j, m);
   }
   *static_cast<float*>(p[2]) = bad ? ms_bits_float(0x7fc00000u) : 0.0f;
 }
@@ -190,14 +205,12 @@ extern "C" void ms_half_add_widen(void** p, const int64_t* n) {
   const int64_t rows = n[0], cols = n[1];
   constexpr int64_t kBlock = 4096;
   float bias[kBlock];
-  uint16_t chunk[kBlock];
   const int64_t per_block = cols > kBlock ? 1 : kBlock / cols;
   const int64_t width = cols > kBlock ? kBlock : cols;
   for (int64_t c0 = 0; c0 < cols; c0 += width) {
     const int64_t w = cols - c0 < width ? cols - c0 : width;
     if (n[2]) {
-      ms_f2h_n(static_cast<const float*>(p[1]) + c0, chunk, w);
-      ms_h2f_n(chunk, bias, w);
+      ms_round_half_n(static_cast<const float*>(p[1]) + c0, bias, w);
     } else {
       ms_h2f_n(static_cast<const uint16_t*>(p[1]) + c0, bias, w);
     }
@@ -210,41 +223,21 @@ extern "C" void ms_half_add_widen(void** p, const int64_t* n) {
         ms_h2f_n(x + r0 * cols, y, count * cols);
         #pragma omp simd
         for (int64_t k = 0; k < count * cols; ++k) y[k] += bias[k];
-        ms_f2h_n(y, chunk, count * cols);
-        ms_h2f_n(chunk, y, count * cols);
+        ms_round_half_n(y, y, count * cols);
       } else {
         ms_h2f_n(x + r0 * cols + c0, y, w);
         #pragma omp simd
         for (int64_t k = 0; k < w; ++k) y[k] += bias[k];
-        ms_f2h_n(y, chunk, w);
-        ms_h2f_n(chunk, y, w);
+        ms_round_half_n(y, y, w);
       }
     }
   }
 }
 
 /* p = {float source, float destination}; n = {count}: each value rounded to float16 precision
-   (the float32 master weight as the float16 product reads it, without a float16 copy), through
-   the CPU's conversions a chunk at a time: two instructions per vector, where ms_round_half's
-   float arithmetic takes about ten */
+   (the float32 master weight as the float16 product reads it, without a float16 copy) */
 extern "C" void ms_float_round_half(void** p, const int64_t* n) {
-  const float* x = static_cast<const float*>(p[0]);
-  float* y = static_cast<float*>(p[1]);
-  const int64_t count = n[0];
-  int64_t j = 0;
-#if defined(__AVX512F__)
-  /* the round trip in registers: no float16 chunk stored and loaded back (W6's batch, 25k values:
-     about 3.3 -> 2 us) */
-  for (; j + 16 <= count; j += 16)
-    _mm512_storeu_ps(y + j, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + j),
-                                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
-#endif
-  uint16_t chunk[512];
-  for (; j < count; j += 512) {
-    const int64_t m = count - j < 512 ? count - j : 512;
-    ms_f2h_n(x + j, chunk, m);
-    ms_h2f_n(chunk, y + j, m);
-  }
+  ms_round_half_n(static_cast<const float*>(p[0]), static_cast<float*>(p[1]), n[0]);
 }
 """
 
