@@ -398,6 +398,8 @@ def _half_thin_matmul(x, y):
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
         return None
     thin_gemm = _thin_gemm()
+    if not thin_gemm.half_may_take(x, y):  # shapes only: no output yet
+        return None
     out = np.empty((x.shape[0], y.shape[1]), np.float16)
     params = thin_gemm.half_product_params(x, y, out)
     if params is None:
