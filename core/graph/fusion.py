@@ -23,7 +23,7 @@ import heapq
 
 import numpy as np
 
-from .codegen import SUPPORTED
+from .codegen_c import SUPPORTED
 from .expand import Builder
 from .group import FusedGroup
 from .ir import Graph, Node, rewrite

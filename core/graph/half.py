@@ -19,7 +19,7 @@ pieces are C calls (two conversions, numpy's sgemm, one conversion back; the sge
 layout of `gemm_layout` for a few rows times a transposed weight); from Python the same work is numpy
 copies and a float32 matmul into the same buffers. The conversions are exact (round to nearest even),
 with numpy's results bit for bit: the CPU's F16C / AVX-512 instructions where the compiler targets
-them, branch-free bit arithmetic elsewhere (see codegen.HALF_HELPERS).
+them, branch-free bit arithmetic elsewhere (see codegen_c.HALF_HELPERS).
 """
 import collections
 import functools
@@ -28,7 +28,7 @@ import numpy as np
 from . import build as _build
 from . import native
 from ..kernels.blas_params import gemm_params
-from .codegen import HALF_HELPERS
+from .codegen_c import HALF_HELPERS
 from .ir import Node, rewrite
 
 _SOURCE = r"""#include <cstdint>

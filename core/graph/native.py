@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 from . import build as _build
-from .codegen import _COLUMN_BLOCK, _PARALLEL_MIN
+from .codegen_c import _COLUMN_BLOCK, _PARALLEL_MIN
 
 # the row sum shares out generated reductions' column blocks above their size threshold
 _RUNTIME = f"#define MS_PARALLEL_MIN {_PARALLEL_MIN}\n#define MS_SUM_COLUMN_BLOCK {_COLUMN_BLOCK}\n" + r"""#include <algorithm>

@@ -5,7 +5,7 @@ data in float32: about four times faster than numpy's `astype` on this kind of m
     to_float16(x, out=None)  a float16 copy of a float32 array (round to nearest even)
 
 Without a C++ compiler (or with MSTRAIN_DISABLE_KERNELS=1) both are numpy's astype, which gives
-the same bits. The conversion code is the generated kernels' own (mstrain.graph.codegen).
+the same bits. The conversion code is the generated kernels' own (mstrain.graph.codegen_c).
 
 >>> import numpy as np
 >>> to_float16(np.array([1.0, 65520.0, 1e-8], np.float32)).tolist()

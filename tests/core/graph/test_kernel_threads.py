@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from mstrain.graph import codegen, codegen_reduce
+from mstrain.graph import codegen_c as codegen, codegen_reduce
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
