@@ -11,7 +11,6 @@ the same bits. The conversion code is the generated kernels' own (mstrain.graph.
 >>> to_float16(np.array([1.0, 65520.0, 1e-8], np.float32)).tolist()
 [1.0, inf, 0.0]
 """
-
 import numpy as np
 
 __all__ = ["to_float32", "to_float16", "astype"]
