@@ -1,4 +1,4 @@
-"""The compiled step's BLAS thread rule on W1's GPT step (mstrain.graph.native.blas_threads_for).
+"""The compiled step's BLAS thread rule on W1's GPT step (mstrain.graph.native_blas.blas_threads_for).
 
     PYTHONPATH=. python benchmarks/blas_threads.py [--rounds 6] [--steps 8]
 
@@ -52,9 +52,9 @@ def gpt_runner():
 
 def set_rule(rule):
     """fixed / load_aware / one_thread (see the module docstring)."""
-    from mstrain.graph import native
-    library, addresses = native.runtime(), native.numpy_blas_thread_addresses()
-    work = 2.0 ** 62 if rule == "one_thread" else native.SMALL_GEMM_WORK
+    from mstrain.graph import native, native_blas
+    library, addresses = native.runtime(), native_blas.numpy_blas_thread_addresses()
+    work = 2.0 ** 62 if rule == "one_thread" else native_blas.SMALL_GEMM_WORK
     library.ms_set_blas_threads(ctypes.c_void_p(addresses[0]), ctypes.c_void_p(addresses[1]), ctypes.c_double(work))
     native.set_blas_load_aware(rule == "load_aware")
 
@@ -114,8 +114,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
-    from mstrain.graph import native
-    if native.runtime() is None or native.numpy_blas_thread_addresses() is None:
+    from mstrain.graph import native, native_blas
+    if native.runtime() is None or native_blas.numpy_blas_thread_addresses() is None:
         print("error: needs the C step runner and numpy's OpenBLAS", file=sys.stderr)
         sys.exit(2)
     runner, batches = gpt_runner()

@@ -27,7 +27,7 @@ import mstrain  # noqa: E402,F401
 import numpy as np  # noqa: E402
 
 import _common  # noqa: E402
-from mstrain.graph.native import numpy_blas_threads  # noqa: E402
+from mstrain.graph.native_blas import numpy_blas_threads  # noqa: E402
 from mstrain.kernels import gemm_panel  # noqa: E402
 
 ROWS = 64 * 50  # a ViT batch: 64 images of 49 patches and a class token

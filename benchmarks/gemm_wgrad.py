@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 import _common  # noqa: E402
 from gemm_panel import aligned  # noqa: E402
-from mstrain.graph.native import numpy_blas_threads  # noqa: E402
+from mstrain.graph.native_blas import numpy_blas_threads  # noqa: E402
 from mstrain.kernels import gemm_panel  # noqa: E402
 
 # (workload, role, m, n, k, times per step): ViT 4 blocks, 64 images x 50 tokens; GPT 4 blocks, 2048 tokens

@@ -21,7 +21,7 @@ import mstrain  # noqa: E402,F401  (first: its BLAS thread settings must be set 
 import numpy as np  # noqa: E402
 
 import _common  # noqa: E402
-from mstrain.graph.native import numpy_blas_threads  # noqa: E402
+from mstrain.graph.native_blas import numpy_blas_threads  # noqa: E402
 from mstrain.kernels.blas_params import gemm_params  # noqa: E402
 from mstrain.kernels import thin_gemm  # noqa: E402
 

@@ -22,7 +22,7 @@ per step (timed in C; `gemm` marks numpy's BLAS calls).
 --peer also measures the floor in this process (benchmarks/_w6_floor.py): `numpy_step`, the step
 written by hand in numpy with in-place updates, and `gemm_floor`, its five matrix products alone,
 both on the BLAS threads the compiled step's thread policy gives these products (`blas_threads`,
-`thread_policy`: mstrain.graph.native.blas_threads_for), `gemm_floor_all_threads` the products on
+`thread_policy`: mstrain.graph.native_blas.blas_threads_for), `gemm_floor_all_threads` the products on
 all of numpy's BLAS threads, followed by a line with loop_sink / gemm_floor. Each of these lines
 also has `cpu_us_per_step`, the fastest block's process CPU time per step (on a shared machine, time other processes take
 from the run does not count; BLAS threads' spinning does). --amp O0,O2 measures each mode at each mixed-
@@ -46,7 +46,7 @@ import _w6_floor  # noqa: E402
 import mstrain as ms  # noqa: E402
 from mstrain import nn  # noqa: E402
 from mstrain.profiler import kernel_times  # noqa: E402
-from mstrain.graph.native import SMALL_GEMM_WORK, blas_threads_for, numpy_blas_threads  # noqa: E402
+from mstrain.graph.native_blas import SMALL_GEMM_WORK, blas_threads_for, numpy_blas_threads  # noqa: E402
 from mstrain.train.sink import GraphSinkRunner  # noqa: E402
 
 IN_FEATURES, HIDDEN, CLASSES, BATCH, POOL = 784, 128, 10, 32, 100

@@ -1,12 +1,12 @@
 """Generated C++ for a reduction over any axes (bias gradients, a mean over a batch): the offset
 tables of the reduced and kept elements, and the kernel source (rows accumulated in numpy's order
 when the reduced axes lead, float16 storage summed in float32). Shares the code generator's
-prelude, value loads/stores and thread blocks (mstrain.graph.codegen). Also the thread tasks of
+prelude, value loads/stores and thread blocks (mstrain.graph.codegen_c). Also the thread tasks of
 kernels with column sums (sums over every axis but the last computed with their input)."""
 import numpy as np
 
-from .codegen import (PRELUDE, _COLUMN_BLOCK, _PARALLEL_MIN, _is_half, compute_type, load_value, parallel_min,
-                      storage_type, store_value)
+from .codegen_c import (PRELUDE, _COLUMN_BLOCK, _PARALLEL_MIN, _is_half, compute_type, load_value, parallel_min,
+                        storage_type, store_value)
 
 # Rows per task of a kernel with column sums: each task adds its rows in order into partial sums of
 # its own, which are then added in task order (numpy's order up to one task). Tasks of whole rows

@@ -15,7 +15,7 @@ import numpy as np
 from ..ops import primitive
 from ..ops.primitive import register_rule
 from .build import native_enabled
-from .codegen import SUPPORTED
+from .codegen_c import SUPPORTED
 from .group import FusedGroup
 from .ir import Node
 

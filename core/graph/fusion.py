@@ -23,7 +23,7 @@ import heapq
 
 import numpy as np
 
-from .codegen import SUPPORTED
+from .codegen_c import SUPPORTED
 from .expand import Builder
 from .group import FusedGroup
 from .ir import Graph, Node, rewrite
@@ -287,12 +287,12 @@ def _externals(group):
     return {id(i) for m in group.members for i in m.inputs if id(i) not in group.ids}
 
 
-def _column_hosts(x, epoch, groups, group_of, pos):
+def _column_hosts(x, epoch, groups, group_of, pos, externals):
     """Where `x` could be added up as it is computed or read, as lists of groups to merge (the host
     first), best first. For a computed value: a row kernel reading every input of the group that
     computes it (a layer norm's g * xhat joins the backward reading g and xhat), then that group.
     For an input: a group reading it that already holds column sums (one pass for all sums of a
-    gradient), then row kernels, then the latest."""
+    gradient), then row kernels, then the latest. `externals`: each group's `_externals`."""
     def usable(g):
         return g.mode in (None, "columns") and g.epoch == epoch and g.shape == tuple(x.shape)
     own = group_of.get(id(x))
@@ -301,10 +301,10 @@ def _column_hosts(x, epoch, groups, group_of, pos):
             return []
         if own.reduce:
             return [[own]]
-        needs = _externals(own)
-        rows = [g for g in groups if g is not own and usable(g) and g.reduce and needs <= _externals(g)]
+        needs = externals[own]
+        rows = [g for g in groups if g is not own and usable(g) and g.reduce and needs <= externals[g]]
         return [[g, own] for g in sorted(rows, key=lambda g: -pos[id(g.members[-1])])] + [[own]]
-    readers = [g for g in groups if usable(g) and id(x) in _externals(g)]
+    readers = [g for g in groups if usable(g) and id(x) in externals[g]]
     return [[g] for g in sorted(readers, key=lambda g: (not g.columns, not g.reduce, -pos[id(g.members[-1])]))]
 
 
@@ -313,17 +313,22 @@ def _add_column_sums(columns, groups, group_of, order):
     alone is a reduction kernel of its own, a `sum_to` the C step loop's row sum."""
     pos = order[0]
     columns = sorted(columns, key=lambda c: id(c[0].inputs[0]) not in group_of)  # sums of computed values first
+    externals = {g: _externals(g) for g in groups}  # kept up to date as sums merge groups
     for node, epoch in columns:
-        for hosts in _column_hosts(node.inputs[0], epoch, groups, group_of, pos):
+        for hosts in _column_hosts(node.inputs[0], epoch, groups, group_of, pos, externals):
             reads = any(i is node for g in hosts for m in g.members for i in m.inputs)
             if not reads and _acyclic(hosts, node, *order):
                 _merge_into(hosts, groups, group_of, pos, node)
+                for merged in hosts[1:]:
+                    del externals[merged]
+                externals[hosts[0]] = _externals(hosts[0])
                 break
         else:
             if node.prim.name == "sum":
                 group = _Group(node.inputs[0].shape, epoch, mode="axes")
                 group.add(node)
                 groups.append(group)
+                externals[group] = _externals(group)
 
 
 def _merge_into(hosts, groups, group_of, pos, column):

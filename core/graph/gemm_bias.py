@@ -22,10 +22,9 @@ are all vector code either way).
 - the short-side kernel (thin_gemm), the few-rows layout (gemm_layout), float16 products, batched
   products, and a bias that is not one contiguous row of the output's width keep the two passes.
 """
-import ctypes
-
 import numpy as np
 
+from . import native
 from .group import FusedGroup
 
 # depths tried by blas_bias_depth, deepest first; the largest one at which the forms agree is the limit
@@ -33,7 +32,6 @@ _DEPTH_LADDER = (512, 448, 384, 320, 256, 192, 128, 64)
 _PROBE_ROWS, _PROBE_COLS = 256, 64   # large enough for BLAS's blocked path (not its small-matrix kernels)
 _SMALL_PROBE = (24, 40, 48)          # ... and a product small enough for them
 _depths = {}
-ENABLED = True  # tests switch it off to compare against the two passes
 
 
 def blas_bias_depth(dtype):
@@ -46,17 +44,13 @@ def blas_bias_depth(dtype):
 
 
 def _entries():
-    from . import native
     if native.runtime() is None or native._Runtime.gemm_bias is None:
         return None
     return native._Runtime.gemm, native._Runtime.gemm_bias
 
 
 def _call(entry, arrays, params):
-    pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-    values = (ctypes.c_int64 * len(params))(*params)
-    ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(entry)(ctypes.addressof(pointers),
-                                                                     ctypes.addressof(values))
+    native.run_c_step(native.c_step(entry, [a.ctypes.data for a in arrays], params))
 
 
 def _forms_agree(entries, dtype, m, n, k, seed):
@@ -89,20 +83,18 @@ class BiasProduct:
 
     def __init__(self, entry, arrays, params, panel=None):
         self.arrays, self.params = list(arrays), list(params)
-        self.pointers = (ctypes.c_void_p * 4)(*[a.ctypes.data for a in self.arrays])
-        self.values = (ctypes.c_int64 * len(self.params))(*self.params)
-        self.native = ("kernel", int(entry), self.pointers, self.values)
+        self._step = native.c_step(native.KERNEL(int(entry)), [a.ctypes.data for a in self.arrays], self.params)
+        self.native = ("kernel", *self._step)
         self.panel = panel  # the PanelProduct this one adds a bias to, if any
-        self._function = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(int(entry))
 
     def __call__(self):
-        self._function(ctypes.addressof(self.pointers), ctypes.addressof(self.values))
+        native.run_c_step(self._step)
 
 
 def bias_product(product, bias, out):
     """A BiasProduct computing `product` (a built product kernel writing `out`) plus `bias`, or None
     where that would change a bit or there is no such entry (see the module docstring)."""
-    if not ENABLED or bias.dtype != out.dtype or bias.ndim != 1 or bias.shape[0] != out.shape[-1] \
+    if bias.dtype != out.dtype or bias.ndim != 1 or bias.shape[0] != out.shape[-1] \
             or not bias.flags.c_contiguous:
         return None
     from ..kernels import gemm_panel
@@ -112,10 +104,10 @@ def bias_product(product, bias, out):
         if entry is None or panel_out is not out:
             return None
         return BiasProduct(entry, [a, b, out, bias], product.params, panel=product)
-    native = getattr(product, "native", None)
-    if native is None or native[0] != "gemm":
+    described = getattr(product, "native", None)
+    if described is None or described[0] != "gemm":
         return None
-    (a, b, product_out), params = native[1], native[2]
+    (a, b, product_out), params = described[1], described[2]
     entries = _entries()
     if entries is None or product_out is not out or params[9] * params[10] != 1 \
             or params[5] > blas_bias_depth(out.dtype):

@@ -13,8 +13,6 @@ the Python path of the kernel is unchanged.
 Where mstrain.kernels.thin_gemm is built it takes these products first (no packing, no copy); this
 layout is what runs without it.
 """
-import ctypes
-
 import numpy as np
 
 from . import build as _build
@@ -41,12 +39,6 @@ def _transpose_copy():
     return _build.load_optional(_SOURCE, "ms_transpose_copy")
 
 
-def _call(function, addresses, params):
-    pointers = (ctypes.c_void_p * len(addresses))(*addresses)
-    values = (ctypes.c_int64 * len(params))(*params)
-    return (function, pointers, values)
-
-
 def swapped_steps(a, b, out):
     """C calls computing out = a @ b as (b.T @ a.T) into a scratch, then a transposing copy, when
     that layout is the faster one (a few rows times a transposed, wider matrix), else None.
@@ -66,8 +58,8 @@ def swapped_steps(a, b, out):
     params = gemm_params(b.T, a.T, scratch)
     if params is None:
         return None
-    steps = [_call(library.ms_gemm, [b.ctypes.data, a.ctypes.data, scratch.ctypes.data], params),
-             _call(copy, [scratch.ctypes.data, out.ctypes.data], [m, n, out.itemsize])]
+    steps = [native.c_step(library.ms_gemm, [b.ctypes.data, a.ctypes.data, scratch.ctypes.data], params),
+             native.c_step(copy, [scratch.ctypes.data, out.ctypes.data], [m, n, out.itemsize])]
     return steps, scratch
 
 

@@ -11,6 +11,7 @@ from functools import partial
 import numpy as np
 
 from . import build as _build
+from . import native
 from .codegen import KernelSource, collapse, operand_strides
 from .codegen_reduce import _COLUMN_ROWS, reduction_source, reduction_tables
 
@@ -132,11 +133,10 @@ class FusedGroup:
             warnings.warn(f"graph kernel {self.name} runs on numpy: {exc}")
             return self._numpy(ins, outs)
         arrays = in_arrays + store_arrays + self._partial_sums()  # kept alive by the closure
-        pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-        values = (ctypes.c_int64 * len(params))(*params)
-        run = partial(function, ctypes.addressof(pointers), ctypes.addressof(values))
-        run.keep = (arrays, pointers, values)
-        run.native = ("kernel", function, pointers, values)  # what the C step runner calls directly
+        step = native.c_step(function, [a.ctypes.data for a in arrays], params)
+        run = partial(function, ctypes.addressof(step[1]), ctypes.addressof(step[2]))
+        run.keep = (arrays, *step[1:])
+        run.native = ("kernel", *step)  # what the C step runner calls directly
         return run
 
     def _partial_sums(self):

@@ -19,15 +19,16 @@ pieces are C calls (two conversions, numpy's sgemm, one conversion back; the sge
 layout of `gemm_layout` for a few rows times a transposed weight); from Python the same work is numpy
 copies and a float32 matmul into the same buffers. The conversions are exact (round to nearest even),
 with numpy's results bit for bit: the CPU's F16C / AVX-512 instructions where the compiler targets
-them, branch-free bit arithmetic elsewhere (see codegen.HALF_HELPERS).
+them, branch-free bit arithmetic elsewhere (see codegen_c.HALF_HELPERS).
 """
-import ctypes
+import collections
 import functools
 import numpy as np
 
 from . import build as _build
+from . import native
 from ..kernels.blas_params import gemm_params
-from .codegen import HALF_HELPERS
+from .codegen_c import HALF_HELPERS
 from .ir import Node, rewrite
 
 _SOURCE = r"""#include <cstdint>
@@ -38,14 +39,36 @@ extern "C" void ms_half_to_float(void** p, const int64_t* n) {
   ms_h2f_n(static_cast<const uint16_t*>(p[0]), static_cast<float*>(p[1]), n[0]);
 }
 
-/* acc[j] = float16(acc[j] + row[j]) for j < n: with AVX-512 the round trip through the CPU's
-   conversions in registers (two instructions a vector, the same value as ms_round_half's ten) */
+#if defined(__AVX512F__)
+/* v rounded to float16 precision by the round trip through the CPU's conversions in registers: two
+   instructions a vector, where ms_round_half's float arithmetic takes about ten (the same values) */
+static inline __m512 ms_round_half16(__m512 v) {
+  return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#endif
+
+/* y[0..n) = x[0..n) rounded to float16 precision (as a cast to float16 read back; y may be x): with
+   AVX-512 the round trip in registers, no float16 chunk stored and loaded back (W6's batch, 25k
+   values: about 3.3 -> 2 us), else through a float16 chunk a block at a time */
+static inline void ms_round_half_n(const float* x, float* y, int64_t n) {
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(y + j, ms_round_half16(_mm512_loadu_ps(x + j)));
+#endif
+  uint16_t chunk[512];
+  for (; j < n; j += 512) {
+    const int64_t m = n - j < 512 ? n - j : 512;
+    ms_f2h_n(x + j, chunk, m);
+    ms_h2f_n(chunk, y + j, m);
+  }
+}
+
+/* acc[j] = float16(acc[j] + row[j]) for j < n */
 static inline void ms_add_round_half(float* acc, const float* row, int64_t n) {
   int64_t j = 0;
 #if defined(__AVX512F__)
   for (; j + 16 <= n; j += 16)
-    _mm512_storeu_ps(acc + j, _mm512_cvtph_ps(_mm512_cvtps_ph(
-        _mm512_add_ps(_mm512_loadu_ps(acc + j), _mm512_loadu_ps(row + j)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    _mm512_storeu_ps(acc + j, ms_round_half16(_mm512_add_ps(_mm512_loadu_ps(acc + j), _mm512_loadu_ps(row + j))));
 #endif
   #pragma omp simd
   for (int64_t k = j; k < n; ++k) acc[k] = ms_round_half(acc[k] + row[k]);
@@ -62,23 +85,13 @@ static inline uint32_t ms_half_any_bad(const uint16_t* y, int64_t n) {
 /* y[0..n) = x's n values at float16 precision: float16 widened, float32 rounded (as a cast to float16
    read back) */
 static inline void ms_widen_n(const uint16_t* x, float* y, int64_t n) { ms_h2f_n(x, y, n); }
-static inline void ms_widen_n(const float* x, float* y, int64_t n) {
-  uint16_t chunk[512];
-  for (int64_t j = 0; j < n; j += 512) {
-    const int64_t m = n - j < 512 ? n - j : 512;
-    ms_f2h_n(x + j, chunk, m);
-    ms_h2f_n(chunk, y + j, m);
-  }
-}
+static inline void ms_widen_n(const float* x, float* y, int64_t n) { ms_round_half_n(x, y, n); }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 /* AVX-512: each row read straight from float16 memory, 4 vectors (64 columns, the last one masked)
-   at a time, each running sum rounded by a conversion round trip (two instructions, where
-   ms_round_half takes about fifteen): the sums of one row depend on the previous row's, so a narrow
-   row (a bias of 7) costs the latency of one add and one round trip per row, a row of 64 the same. */
-static inline __m512 ms_sum_round(__m512 v) {
-  return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
+   at a time, each running sum rounded by a conversion round trip (ms_round_half16): the sums of one
+   row depend on the previous row's, so a narrow row (a bias of 7) costs the latency of one add and
+   one round trip per row, a row of 64 the same. */
 static inline __mmask16 ms_sum_mask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffffu) : static_cast<__mmask16>((1u << left) - 1u);
 }
@@ -94,10 +107,10 @@ static void ms_half_sum_rows_avx512(const uint16_t* x, uint16_t* out, int64_t ro
     __m512 a3 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m3, row + 48));
     for (int64_t i = 1; i < rows; ++i) {
       row += cols;
-      a0 = ms_sum_round(_mm512_add_ps(a0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, row))));
-      if (m1) a1 = ms_sum_round(_mm512_add_ps(a1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, row + 16))));
-      if (m2) a2 = ms_sum_round(_mm512_add_ps(a2, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m2, row + 32))));
-      if (m3) a3 = ms_sum_round(_mm512_add_ps(a3, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m3, row + 48))));
+      a0 = ms_round_half16(_mm512_add_ps(a0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, row))));
+      if (m1) a1 = ms_round_half16(_mm512_add_ps(a1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, row + 16))));
+      if (m2) a2 = ms_round_half16(_mm512_add_ps(a2, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m2, row + 32))));
+      if (m3) a3 = ms_round_half16(_mm512_add_ps(a3, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m3, row + 48))));
     }
     const int rounding = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     _mm256_mask_storeu_epi16(out + c0, m0, _mm512_cvtps_ph(a0, rounding));
@@ -151,8 +164,13 @@ extern "C" void ms_half_sum_rows(void** p, const int64_t* n) {
    step's overflow check of a bias gradient) */
 extern "C" void ms_half_sum_rows_checked(void** p, const int64_t* n) {
   uint16_t* out = static_cast<uint16_t*>(p[1]);
-  const uint32_t bad = n[2] ? ms_half_sum_rows_impl(static_cast<const float*>(p[0]), out, n[0], n[1])
-                            : ms_half_sum_rows_impl(static_cast<const uint16_t*>(p[0]), out, n[0], n[1]);
+  uint32_t bad;
+  if (n[2]) {
+    bad = ms_half_sum_rows_impl(static_cast<const float*>(p[0]), out, n[0], n[1]);
+  } else {
+    ms_half_sum_rows(p, n);
+    bad = ms_half_any_bad(out, n[1]);
+  }
   *static_cast<float*>(p[2]) = bad ? ms_bits_float(0x7fc00000u) : 0.0f;
 }
 
@@ -172,9 +190,7 @@ extern "C" void ms_float_to_half_checked(void** p, const int64_t* n) {
   for (int64_t j = 0; j < count; j += 1024) {
     const int64_t m = count - j < 1024 ? count - j : 1024;
     ms_f2h_n(x + j, y + j, m);
-    const uint16_t* chunk = y + j;
-    #pragma omp simd reduction(|:bad)
-    for (int64_t k = 0; k < m; ++k) bad |= static_cast<uint32_t>((chunk[k] & 0x7c00u) == 0x7c00u);
+    bad |= ms_half_any_bad(y + j, m);
   }
   *static_cast<float*>(p[2]) = bad ? ms_bits_float(0x7fc00000u) : 0.0f;
 }
@@ -189,14 +205,12 @@ extern "C" void ms_half_add_widen(void** p, const int64_t* n) {
   const int64_t rows = n[0], cols = n[1];
   constexpr int64_t kBlock = 4096;
   float bias[kBlock];
-  uint16_t chunk[kBlock];
   const int64_t per_block = cols > kBlock ? 1 : kBlock / cols;
   const int64_t width = cols > kBlock ? kBlock : cols;
   for (int64_t c0 = 0; c0 < cols; c0 += width) {
     const int64_t w = cols - c0 < width ? cols - c0 : width;
     if (n[2]) {
-      ms_f2h_n(static_cast<const float*>(p[1]) + c0, chunk, w);
-      ms_h2f_n(chunk, bias, w);
+      ms_round_half_n(static_cast<const float*>(p[1]) + c0, bias, w);
     } else {
       ms_h2f_n(static_cast<const uint16_t*>(p[1]) + c0, bias, w);
     }
@@ -209,52 +223,43 @@ extern "C" void ms_half_add_widen(void** p, const int64_t* n) {
         ms_h2f_n(x + r0 * cols, y, count * cols);
         #pragma omp simd
         for (int64_t k = 0; k < count * cols; ++k) y[k] += bias[k];
-        ms_f2h_n(y, chunk, count * cols);
-        ms_h2f_n(chunk, y, count * cols);
+        ms_round_half_n(y, y, count * cols);
       } else {
         ms_h2f_n(x + r0 * cols + c0, y, w);
         #pragma omp simd
         for (int64_t k = 0; k < w; ++k) y[k] += bias[k];
-        ms_f2h_n(y, chunk, w);
-        ms_h2f_n(chunk, y, w);
+        ms_round_half_n(y, y, w);
       }
     }
   }
 }
 
 /* p = {float source, float destination}; n = {count}: each value rounded to float16 precision
-   (the float32 master weight as the float16 product reads it, without a float16 copy), through
-   the CPU's conversions a chunk at a time: two instructions per vector, where ms_round_half's
-   float arithmetic takes about ten */
+   (the float32 master weight as the float16 product reads it, without a float16 copy) */
 extern "C" void ms_float_round_half(void** p, const int64_t* n) {
-  const float* x = static_cast<const float*>(p[0]);
-  float* y = static_cast<float*>(p[1]);
-  const int64_t count = n[0];
-  int64_t j = 0;
-#if defined(__AVX512F__)
-  /* the round trip in registers: no float16 chunk stored and loaded back (W6's batch, 25k values:
-     about 3.3 -> 2 us) */
-  for (; j + 16 <= count; j += 16)
-    _mm512_storeu_ps(y + j, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + j),
-                                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
-#endif
-  uint16_t chunk[512];
-  for (; j < count; j += 512) {
-    const int64_t m = count - j < 512 ? count - j : 512;
-    ms_f2h_n(x + j, chunk, m);
-    ms_h2f_n(chunk, y + j, m);
-  }
+  ms_round_half_n(static_cast<const float*>(p[0]), static_cast<float*>(p[1]), n[0]);
 }
 """
 
 
+HalfConverters = collections.namedtuple("HalfConverters", (
+    "half_to_float", "float_to_half", "half_sum_rows", "float_round_half", "float_to_half_checked",
+    "half_add_widen", "half_sum_rows_checked"))
+
+
 def converters():
-    """The C functions (compiled once): (half_to_float, float_to_half, half_sum_rows,
-    float_round_half, float_to_half_checked, half_add_widen, half_sum_rows_checked), or None without a
-    compiler."""
-    return _build.load_optional(_SOURCE, "ms_half_to_float", "ms_float_to_half", "ms_half_sum_rows",
-                                "ms_float_round_half", "ms_float_to_half_checked", "ms_half_add_widen",
-                                "ms_half_sum_rows_checked")
+    """The C functions of this module (compiled once) as a HalfConverters, or None without a compiler."""
+    functions = _build.load_optional(_SOURCE, *(f"ms_{name}" for name in HalfConverters._fields))
+    return None if functions is None else HalfConverters(*functions)
+
+
+def cast_source(node, users=None):
+    """The float32 value `node` rounds when it is a cast of it to float16 (with `users`: one read by
+    nothing else), which a kernel reading that value rounded itself takes instead; else `node`."""
+    if node.op == "call" and node.prim.name == "cast" and node.inputs[0].dtype == np.float32 and \
+            node.inputs[0].shape == node.shape and (users is None or len(users.get(id(node), ())) == 1):
+        return node.inputs[0]
+    return node
 
 
 def _as_half(array):
@@ -322,7 +327,6 @@ class HalfGemm:
             self.flag[...] = 0.0 if np.isfinite(self.out).all() else np.nan
 
     def _native_steps(self):
-        from . import native
         library = native.runtime()
         functions = converters()
         if library is None or native._Runtime.gemm is None or functions is None or self.c_flat is None or \
@@ -341,29 +345,25 @@ class HalfGemm:
             params = gemm_params(self.a32, self.b32, self.c32)
             if params is None:
                 return None
-            product = [self._call(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)], params)]
-        half_to_float, float_to_half, _, round_half, checked = functions[:5]
-        widen = lambda x: half_to_float if x.dtype == np.float16 else round_half  # noqa: E731
-        steps = [self._call(widen(x), [x.ctypes.data, flat.ctypes.data], [flat.size])
+            product = [native.c_step(library.ms_gemm, [x.ctypes.data for x in (self.a32, self.b32, self.c32)],
+                                     params)]
+        widen = lambda x: functions.half_to_float if x.dtype == np.float16 else functions.float_round_half  # noqa: E731
+        steps = [native.c_step(widen(x), [x.ctypes.data, flat.ctypes.data], [flat.size])
                  for x, flat, exact in ((self.a, self.a_flat, self.exact[0]), (self.b, self.b_flat, self.exact[1]))
                  if not exact]
-        rounding = self._call(float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data], [self.c_flat.size])
+        rounding = native.c_step(functions.float_to_half, [self.c_flat.ctypes.data, self.out.ctypes.data],
+                                 [self.c_flat.size])
         if self.flag is not None:
-            rounding = self._call(checked, [self.c_flat.ctypes.data, self.out.ctypes.data, self.flag.ctypes.data],
-                                  [self.c_flat.size])
+            rounding = native.c_step(functions.float_to_half_checked,
+                                     [self.c_flat.ctypes.data, self.out.ctypes.data, self.flag.ctypes.data],
+                                     [self.c_flat.size])
         steps += [*product, rounding]
         return ("steps", steps)
 
     def _half_steps(self, entry):
         flag = 0 if self.flag is None else self.flag.ctypes.data
-        return ("steps", [self._call(entry, [self.a.ctypes.data, self.b.ctypes.data, self.out.ctypes.data, flag],
-                                     self.half)])
-
-    @staticmethod
-    def _call(function, addresses, params):
-        pointers = (ctypes.c_void_p * len(addresses))(*addresses)
-        values = (ctypes.c_int64 * len(params))(*params)
-        return (function, pointers, values)
+        return ("steps", [native.c_step(entry, [self.a.ctypes.data, self.b.ctypes.data, self.out.ctypes.data, flag],
+                                        self.half)])
 
 
 def attach_half_sum_rows(kernel, x, out):
@@ -378,7 +378,7 @@ def attach_half_sum_rows(kernel, x, out):
     rows = x.size // max(cols, 1)
     if rows < 1 or cols < 1:
         return False
-    kernel.native = ("steps", [HalfGemm._call(functions[2], [x.ctypes.data, out.ctypes.data], [rows, cols])])
+    kernel.native = ("steps", [native.c_step(functions.half_sum_rows, [x.ctypes.data, out.ctypes.data], [rows, cols])])
     return True
 
 
@@ -496,5 +496,5 @@ def recompute_widened_halves(graph):
     return rewrite(graph, rule)
 
 
-__all__ = ["HalfGemm", "half_gemm", "attach_half_sum_rows", "converters", "fold_operand_casts",
-           "recompute_widened_halves"]
+__all__ = ["HalfGemm", "HalfConverters", "half_gemm", "attach_half_sum_rows", "converters", "cast_source",
+           "fold_operand_casts", "recompute_widened_halves"]

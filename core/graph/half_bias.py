@@ -14,6 +14,8 @@ float32 bias is rounded to float16 first, as its cast did.
 import numpy as np
 
 from ..ops import primitive
+from . import native
+from .half import cast_source, converters
 from .ir import Node, rewrite
 
 
@@ -28,7 +30,6 @@ def half_add_widen(x, bias):
 def _add_widen_kernel(node, ins, outs):
     """One C call (mstrain.graph.half's ms_half_add_widen) over contiguous arrays, else None (the
     numpy impl runs)."""
-    from .half import HalfGemm, converters
     x, bias, out = ins[0], ins[1], outs[0]
     functions = converters()
     if functions is None or x.dtype != np.float16 or bias.dtype not in (np.float16, np.float32) or \
@@ -40,17 +41,9 @@ def _add_widen_kernel(node, ins, outs):
 
     def run():
         np.copyto(out, half_add_widen(x, bias))
-    run.native = ("steps", [HalfGemm._call(functions[5], [x.ctypes.data, bias.ctypes.data, out.ctypes.data],
-                                           [rows, cols, int(bias.dtype == np.float32)])])
+    run.native = ("steps", [native.c_step(functions.half_add_widen, [x.ctypes.data, bias.ctypes.data, out.ctypes.data],
+                                          [rows, cols, int(bias.dtype == np.float32)])])
     return run
-
-
-def _bias_source(node):
-    """The float32 bias a float16 one is cast from (read rounded by the kernel), else the node."""
-    if node.op == "call" and node.prim.name == "cast" and node.inputs[0].dtype == np.float32 and \
-            node.inputs[0].shape == node.shape:
-        return node.inputs[0]
-    return node
 
 
 def _widened_bias_add(node, users):
@@ -67,7 +60,7 @@ def _widened_bias_add(node, users):
         x, bias = bias, x
     if x.dtype != np.float16 or x.shape != add.shape or bias.dtype != np.float16 or bias.shape != add.shape[-1:]:
         return None
-    return x, _bias_source(bias)
+    return x, cast_source(bias)  # a float32 bias cast to float16 is read rounded by the kernel
 
 
 def fold_bias_widen(graph):

@@ -16,6 +16,8 @@ import numpy as np
 
 from ..ops import primitive
 from .expand import Builder
+from . import native
+from .half import cast_source, converters
 from .half_shadow import is_half_exact
 from .ir import Node, rewrite
 
@@ -60,7 +62,6 @@ def half_sum_checked(x):
 def _sum_checked_kernel(node, ins, outs):
     """The sum in C (mstrain.graph.half's ms_half_sum_rows_checked) over a contiguous float16 matrix,
     else None (the numpy impl runs)."""
-    from .half import HalfGemm, converters
     x, (value, flag) = ins[0], outs
     functions = converters()
     if functions is None or x.dtype not in (np.float16, np.float32) or x.ndim != 2 or not x.flags.c_contiguous or \
@@ -69,18 +70,10 @@ def _sum_checked_kernel(node, ins, outs):
 
     def run():
         value[...], flag[...] = half_sum_checked(x)
-    run.native = ("steps", [HalfGemm._call(functions[6], [x.ctypes.data, value.ctypes.data, flag.ctypes.data],
-                                           [*x.shape, int(x.dtype == np.float32)])])
+    run.native = ("steps", [native.c_step(functions.half_sum_rows_checked,
+                                          [x.ctypes.data, value.ctypes.data, flag.ctypes.data],
+                                          [*x.shape, int(x.dtype == np.float32)])])
     return run
-
-
-def _rounded_source(node, users):
-    """The float32 value that `node` (a cast of it to float16, read by nothing else) rounds, which
-    the checked sum reads rounded itself; else `node`."""
-    if node.op == "call" and node.prim.name == "cast" and node.inputs[0].dtype == np.float32 and \
-            node.inputs[0].shape == node.shape and len(users.get(id(node), ())) == 1:
-        return node.inputs[0]
-    return node
 
 
 def _is_scalar_zero(node):
@@ -145,7 +138,7 @@ def fold_overflow_checks(graph):
     def rule(node):
         if id(node) in products:  # (their inputs are never replaced: no product reads a checked one here)
             call = Node("call", node.inputs, prim, {"product": node.prim.name}) if node.prim.name in _PRODUCTS \
-                else Node("call", (_rounded_source(node.inputs[0], users),), sum_prim, {})
+                else Node("call", (cast_source(node.inputs[0], users),), sum_prim, {})
             return [call, Node("project", (call,), value=0, shape=node.shape, dtype=node.dtype)]
         found = _overflow_check(node)
         if found is None or found[0].op != "project" or found[0].inputs[0].op != "call" or \

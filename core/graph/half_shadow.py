@@ -17,12 +17,12 @@ outside it (a checkpoint loaded, `assign_value`, an eager step), so each call of
 refreshes every shadow from its weight first (`Executable.run`, `run_steps`: once per call, not
 per step of a sunk loop).
 """
-import ctypes
-
 import numpy as np
 
 from ..ops import primitive
 from .expand import Builder
+from . import native
+from .half import converters
 from .ir import Node, rewrite
 
 _PRODUCTS = ("matmul", "dense_weight_grad")
@@ -46,14 +46,12 @@ class HalfShadow:
         source = self.source._data
         if source.shape != self._data.shape or source.dtype != np.float32:
             return  # the executable rebinds (or re-traces) first: ResidentChanged
-        from .half import converters
         functions = converters()
         if functions is None or not source.flags.c_contiguous:
             np.copyto(self._data, source.astype(np.float16), casting="unsafe")
             return
-        pointers = (ctypes.c_void_p * 2)(source.ctypes.data, self._data.ctypes.data)
-        count = (ctypes.c_int64 * 1)(source.size)
-        functions[3](pointers, count)
+        native.run_c_step(native.c_step(functions.float_round_half, [source.ctypes.data, self._data.ctypes.data],
+                                        [source.size]))
 
 
 def is_half_exact(node):
@@ -75,16 +73,15 @@ def half_widen(x):
 @primitive.register_rule("host_kernel", "half_widen")
 def _widen_kernel(node, ins, outs):
     """The widening in C (F16C): one conversion call over the contiguous arrays, else None."""
-    from .half import HalfGemm, converters
     x, out = ins[0], outs[0]
     functions = converters()
     if functions is None or not x.flags.c_contiguous or not out.flags.c_contiguous or out.dtype != np.float32:
         return None
-    function = functions[0] if x.dtype == np.float16 else functions[3]
+    function = functions.half_to_float if x.dtype == np.float16 else functions.float_round_half
 
     def run():
         np.copyto(out, half_widen(x))
-    run.native = ("steps", [HalfGemm._call(function, [x.ctypes.data, out.ctypes.data], [x.size])])
+    run.native = ("steps", [native.c_step(function, [x.ctypes.data, out.ctypes.data], [x.size])])
     return run
 
 
@@ -105,14 +102,6 @@ def share_widened_operands(graph):
     """A value that several float16 products read as an operand (an activation: the next layer's
     forward product and the weight-gradient product; an input batch) is widened to float32 once, by
     a `half_widen` node the products read as an exact operand, instead of once in each product."""
-    while True:  # a value whose inputs one rewrite replaced is a new node there: the next finds it
-        shared = _share_widened_once(graph)
-        if shared is graph:
-            return graph
-        graph = shared
-
-
-def _share_widened_once(graph):
     readers = {}
     for product in _half_products(graph):
         for operand in product.inputs:
@@ -123,26 +112,36 @@ def _share_widened_once(graph):
     if not shared:
         return graph
     builder, widened, transposes = Builder(), {}, {}
+    # A node downstream of a rewritten product is a new node (new inputs) in the rewritten graph:
+    # `origin` maps it back to the node of `graph` it stands for, so a source is found by the id it
+    # was counted under. `rewrite` calls the rule once per node of `graph` but its inputs, in order.
+    originals = iter([n for n in graph.nodes if n.op != "input"])
+    origin = {}
 
     def operand(node):
         source = _widenable(node)
-        if source is None or id(source) not in shared:
+        key = None if source is None else origin.get(id(source), id(source))
+        if key not in shared:
             return node
-        if id(source) not in widened:
-            widened[id(source)] = builder.call("half_widen", source)
+        if key not in widened:
+            widened[key] = builder.call("half_widen", source)
         if source is node:
-            return widened[id(source)]
-        key = (id(source), repr(sorted(node.attrs.items())))
-        if key not in transposes:
-            transposes[key] = Node("call", (widened[id(source)],), node.prim, dict(node.attrs), shape=node.shape,
-                                   dtype=np.dtype(np.float32))
-        return transposes[key]
+            return widened[key]
+        transposed = (key, repr(sorted(node.attrs.items())))
+        if transposed not in transposes:
+            transposes[transposed] = Node("call", (widened[key],), node.prim, dict(node.attrs), shape=node.shape,
+                                          dtype=np.dtype(np.float32))
+        return transposes[transposed]
 
     def rule(node):
-        if node.op != "call" or node.prim.name not in _PRODUCTS or node.dtype != np.float16:
-            return None
-        inputs = tuple(operand(i) for i in node.inputs)
-        return None if all(a is b for a, b in zip(inputs, node.inputs)) else node.with_inputs(inputs)
+        original = next(originals)
+        replacement = None
+        if node.op == "call" and node.prim.name in _PRODUCTS and node.dtype == np.float16:
+            inputs = tuple(operand(i) for i in node.inputs)
+            if not all(a is b for a, b in zip(inputs, node.inputs)):
+                replacement = node.with_inputs(inputs)
+        origin[id(replacement if replacement is not None else node)] = id(original)
+        return replacement
     return rewrite(graph, rule)
 
 

@@ -110,7 +110,7 @@ def _conv_kernel(name, *arrays):
     if native is None:
         return None
     if "ready" not in _blas_state:
-        from ..graph.native import numpy_blas_gemm, numpy_blas_thread_addresses
+        from ..graph.native_blas import numpy_blas_gemm, numpy_blas_thread_addresses
         blas = numpy_blas_gemm()  # the cblas_?gemm numpy's matmul calls
         if blas is not None:
             # with the thread functions the C++ passes give each thread its own chunks and one BLAS thread

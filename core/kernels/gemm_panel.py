@@ -125,16 +125,14 @@ class PanelProduct:
     the same bits."""
 
     def __init__(self, module, a, b, out, params, by_depth=False):
-        import ctypes
-        self._gemm, self._arrays, self._params = module.gemm_panel, [a, b, out], list(params)
-        self.by_depth = by_depth
-        self.operands, self.params = (a, b, out), list(params)
+        from ..graph import native
+        self._gemm, self.by_depth = module.gemm_panel, by_depth
+        self.operands, self.params = [a, b, out], list(params)
         entry = module.gemm_wgrad_c_entry() if by_depth else module.gemm_panel_c_entry()
-        pointers = (ctypes.c_void_p * 3)(a.ctypes.data, b.ctypes.data, out.ctypes.data)
-        self.native = ("kernel", int(entry), pointers, (ctypes.c_int64 * len(params))(*params))
+        self.native = ("kernel", *native.c_step(int(entry), [x.ctypes.data for x in self.operands], self.params))
 
     def __call__(self):
-        self._gemm(self._arrays, self._params, "", 0, self.by_depth)
+        self._gemm(self.operands, self.params, "", 0, self.by_depth)
 
 
 def step_kernel(a, b, out, params):

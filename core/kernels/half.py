@@ -5,14 +5,12 @@ data in float32: about four times faster than numpy's `astype` on this kind of m
     to_float16(x, out=None)  a float16 copy of a float32 array (round to nearest even)
 
 Without a C++ compiler (or with MSTRAIN_DISABLE_KERNELS=1) both are numpy's astype, which gives
-the same bits. The conversion code is the generated kernels' own (mstrain.graph.codegen).
+the same bits. The conversion code is the generated kernels' own (mstrain.graph.codegen_c).
 
 >>> import numpy as np
 >>> to_float16(np.array([1.0, 65520.0, 1e-8], np.float32)).tolist()
 [1.0, inf, 0.0]
 """
-import ctypes
-
 import numpy as np
 
 __all__ = ["to_float32", "to_float16", "astype"]
@@ -34,9 +32,8 @@ def _convert(x, dtype, which, out):
     if not out.flags.c_contiguous:
         out[...] = _convert(x, dtype, which, None)
         return out
-    pointers = (ctypes.c_void_p * 2)(x.ctypes.data, out.ctypes.data)
-    count = (ctypes.c_int64 * 1)(x.size)
-    functions[which](ctypes.addressof(pointers), ctypes.addressof(count))
+    from ..graph import native
+    native.run_c_step(native.c_step(getattr(functions, which), [x.ctypes.data, out.ctypes.data], [x.size]))
     return out
 
 
@@ -49,12 +46,12 @@ def _check(x, dtype, name):
 
 def to_float32(x, out=None):
     """float16 array -> float32 (exact)."""
-    return _convert(_check(x, np.float16, "to_float32"), np.float32, 0, out)
+    return _convert(_check(x, np.float16, "to_float32"), np.float32, "half_to_float", out)
 
 
 def to_float16(x, out=None):
     """float32 array -> float16, rounded to nearest even (inf beyond float16's range)."""
-    return _convert(_check(x, np.float32, "to_float16"), np.float16, 1, out)
+    return _convert(_check(x, np.float32, "to_float16"), np.float16, "float_to_half", out)
 
 
 def astype(x, dtype):

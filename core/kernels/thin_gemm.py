@@ -26,8 +26,7 @@ from . import kernels_disabled, native_module
 from .blas_params import gemm_params
 
 __all__ = ["may_take", "product_params", "matmul_into", "c_entry", "suited_shape", "half_suited_shape",
-           "half_product_params",
-           "half_matmul_into", "half_c_entry"]
+           "half_may_take", "half_product_params", "half_matmul_into", "half_c_entry"]
 
 # The policy, measured against numpy's OpenBLAS on one thread (benchmarks/thin_gemm.py). A product
 # runs here when it has MIN_WORK to MAX_WORK multiply-adds (below, both take a microsecond or two;
@@ -143,6 +142,19 @@ def _half_kind(x, exact):
     if x.dtype == np.float16:
         return HALF
     return EXACT if exact else ROUND
+
+
+def half_may_take(a, b):
+    """`may_take` for the float16 kernel (float16 or float32 operands), before an output exists."""
+    if a.ndim != 2 or b.ndim != 2 or a.dtype not in _HALF_OPERANDS or b.dtype not in _HALF_OPERANDS:
+        return False
+    m, k = a.shape
+    n = b.shape[1]
+    work = float(m) * n * k
+    return MIN_WORK <= work < MAX_WORK and min(m, n, k) <= SHORT_SIDE and _native_half() is not None
+
+
+_HALF_OPERANDS = (np.dtype(np.float16), np.dtype(np.float32))
 
 
 def half_product_params(a, b, out, exact=(False, False)):

@@ -13,7 +13,6 @@ with `avg_pool2d_grad` as its adjoint.
 Geometry attributes: `stride` and `dilation` are (h, w) pairs, `padding` is (top, bottom, left,
 right) in elements, `groups` splits channels (groups == channels is a depthwise convolution).
 """
-import ctypes
 from functools import partial
 
 import numpy as np
@@ -267,9 +266,8 @@ def _native_call(kernel, entry, arrays, params):
     directly; `params` are int64 values (floats travel as their double's bits)."""
     if entry is None:
         return kernel
-    pointers = (ctypes.c_void_p * len(arrays))(*[None if a is None else a.ctypes.data for a in arrays])
-    values = (ctypes.c_int64 * len(params))(*params)
-    kernel.native = ("kernel", entry, pointers, values)
+    from ..graph import native
+    kernel.native = ("kernel", *native.c_step(entry, [None if a is None else a.ctypes.data for a in arrays], params))
     kernel.keep = [a for a in arrays if a is not None]
     return kernel
 

@@ -398,6 +398,8 @@ def _half_thin_matmul(x, y):
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
         return None
     thin_gemm = _thin_gemm()
+    if not thin_gemm.half_may_take(x, y):  # shapes only: no output yet
+        return None
     out = np.empty((x.shape[0], y.shape[1]), np.float16)
     params = thin_gemm.half_product_params(x, y, out)
     if params is None:
@@ -450,12 +452,12 @@ def _blas_thread_policy():
     """(set_num_threads, get_num_threads, work threshold) of numpy's BLAS, from mstrain.graph.native
     (bound on first use: graph imports ops). Without OpenBLAS the getter answers 1 and nothing is set.
 
-    The compiled step's rule for eager products (mstrain.graph.native.blas_threads_for): OpenBLAS
+    The compiled step's rule for eager products (mstrain.graph.native_blas.blas_threads_for): OpenBLAS
     splits products from a quarter million multiply-adds on and its workers then spin for ~0.1 s,
     taking the cores from the OpenMP threads of the convolution and norm kernels that follow; below
     SMALL_GEMM_WORK a second BLAS thread gains less than that costs."""
     if not _BLAS_POLICY:
-        from ..graph.native import SMALL_GEMM_WORK, numpy_blas_threads
+        from ..graph.native_blas import SMALL_GEMM_WORK, numpy_blas_threads
         _BLAS_POLICY.append((*numpy_blas_threads(), SMALL_GEMM_WORK))
     return _BLAS_POLICY[0]
 

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from mstrain.graph.native import (SMALL_GEMM_WORK, NativeProgram, blas_large_products, blas_threads_for,
-                                  numpy_blas_thread_addresses, numpy_blas_threads, runtime, set_blas_load_aware)
+from mstrain.graph.native import NativeProgram, blas_large_products, runtime, set_blas_load_aware
+from mstrain.graph.native_blas import SMALL_GEMM_WORK, blas_threads_for, numpy_blas_thread_addresses, numpy_blas_threads
 from .test_native import _gemm_kernel, _thread_probe
 
 

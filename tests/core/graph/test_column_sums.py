@@ -8,7 +8,7 @@ import pytest
 
 import mstrain as ms
 from mstrain import ops
-from mstrain.graph import codegen, codegen_reduce, compile_graph
+from mstrain.graph import codegen_c as codegen, codegen_reduce, compile_graph
 from mstrain.ops import functional as F
 from mstrain.ops.math import sum_to
 from mstrain.profiler.kernels import kernel_times

@@ -9,7 +9,7 @@ import mstrain as ms
 from mstrain import ops
 from mstrain.graph import build as _build
 from mstrain.graph import compile_graph
-from mstrain.graph.codegen import HALF_HELPERS
+from mstrain.graph.codegen_c import HALF_HELPERS
 from mstrain.graph.half import HalfGemm, attach_half_sum_rows, converters, half_gemm
 from mstrain.graph.native import NativeProgram
 from mstrain.ops.math import numpy_matmul

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from mstrain.graph import codegen
+from mstrain.graph import codegen_c as codegen
 
 from ._thread_probe import TRACE, run_probe, task_order_sum
 

@@ -7,8 +7,8 @@ import pytest
 import mstrain as ms
 from mstrain import nn
 from mstrain.graph import compile_graph
-from mstrain.graph.native import (SMALL_GEMM_WORK, NativeProgram, blas_threads_for, numpy_blas_thread_addresses,
-                                  numpy_blas_threads, runtime, set_blas_load_aware)
+from mstrain.graph.native import NativeProgram, runtime, set_blas_load_aware
+from mstrain.graph.native_blas import SMALL_GEMM_WORK, blas_threads_for, numpy_blas_thread_addresses, numpy_blas_threads
 from mstrain.kernels.blas_params import gemm_params
 from mstrain.train.sink import GraphSinkRunner
 

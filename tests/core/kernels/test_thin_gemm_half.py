@@ -174,3 +174,22 @@ def test_short_float16_rows_take_the_kernel_in_compiled_and_eager_products():
     assert thin_gemm.half_product_params(a.T, np.ones((2708, 7), np.float16), np.empty((64, 7), np.float16)) is None
     assert thin_gemm.half_product_params(np.ones((2708, 7), np.float16), w.T[:, :7],
                                          np.empty((2708, 7), np.float16)) is None
+
+
+def test_the_cheap_shape_check_rules_out_only_products_the_kernel_does_not_take():
+    """half_may_take (before an eager product allocates its output) is True wherever
+    half_product_params takes the product, and False for shapes outside the work band."""
+    rng = np.random.default_rng(11)
+    taken = 0
+    for m, n, k, trans_a, trans_b in _CASES + [(512, 512, 512, False, False), (8, 8, 8, False, False),
+                                               (2708, 7, 64, False, False)]:
+        for kind in ("half", "round"):
+            a, _ = _operand(rng, (m, k), trans_a, kind)
+            b, _ = _operand(rng, (k, n), trans_b, kind)
+            params = thin_gemm.half_product_params(a, b, np.empty((m, n), np.float16))
+            assert params is None or thin_gemm.half_may_take(a, b), (m, n, k, trans_a, trans_b, kind)
+            taken += params is not None
+    assert taken > 0
+    big, tiny = np.ones((512, 512), np.float16), np.ones((8, 8), np.float16)
+    assert not thin_gemm.half_may_take(big, big) and not thin_gemm.half_may_take(tiny, tiny)
+    assert not thin_gemm.half_may_take(np.ones((32, 784), np.float64), np.ones((784, 128), np.float64))

@@ -6,7 +6,7 @@ import pytest
 
 import mstrain as ms
 from mstrain import nn, ops
-from mstrain.graph.native import SMALL_GEMM_WORK, numpy_blas_threads, numpy_blas_thread_addresses
+from mstrain.graph.native_blas import SMALL_GEMM_WORK, numpy_blas_threads, numpy_blas_thread_addresses
 
 
 @pytest.fixture
