@@ -436,6 +436,8 @@ PYBIND11_MODULE(_gemm_panel, m) {
           "weight-gradient path (fixed depth chunks). The caller checks shapes and strides (gemm_params).");
     m.def("gemm_wgrad_c_entry", []() { return reinterpret_cast<uintptr_t>(&ms_gemm_wgrad); },
           "address of `void ms_gemm_wgrad(void**, const int64_t*)` (the weight-gradient path)");
+    m.def("weight_grad_depth_chunks", &mstrain::gemm_panel::depth_chunks, py::arg("m"), py::arg("n"), py::arg("k"),
+          "the depth chunks the weight-gradient path cuts an m x n product of depth k into");
     m.def("gemm_panel_isas", &supported_names, "the instruction sets supported here, best first");
     m.def("gemm_panel_c_entry", []() { return reinterpret_cast<uintptr_t>(&ms_gemm_panel); },
           "address of `void ms_gemm_panel(void**, const int64_t*)`, for the compiled step loop");
