@@ -1,8 +1,8 @@
 // float16 graph kernels whose rows are whole AVX vectors (GAT's 8 heads x 8 features, Cora's 64 hidden
 // features): operands widened by F16C as they are read, sums kept in registers, outputs rounded straight
 // from them, with the float32 kernels' operations in their order (no fused multiply-add), so the bits of
-// widening every operand, running the float32 kernel and rounding once. Included by graph_csr.cpp inside
-// its namespace, after the helpers these use (scratch, padded, longest_row; float16.h's
+// widening every operand, running the float32 kernel and rounding once. Included by graph_csr_half.h inside
+// graph_csr.cpp's namespace, after the helpers these use (scratch, padded, longest_row; float16.h's
 // load8_f16c, store8_f16c, widen_row_f16c, narrow_f16c).
 // No include guard: one includer.
 
