@@ -9,6 +9,7 @@ numpy reference instead. `pip install -e .` builds the modules in place, next to
 """
 import glob
 import os
+import re
 import sys
 
 from setuptools import find_packages, setup
@@ -49,9 +50,25 @@ def _kernel_extensions():
 def _extension(name, source, source_dir):
     return Pybind11Extension(
         name, [source], include_dirs=[source_dir, KERNEL_DIR], cxx_std=17,
+        # editing a header the source includes rebuilds the module on the next install
+        depends=sorted(_included_headers(source, [source_dir, KERNEL_DIR])),
         # -fno-math-errno lets sqrt vectorise (results unchanged); no -ffast-math: it breaks NaN checks
         extra_compile_args=["-O3", "-fno-math-errno"],
     )
+
+
+def _included_headers(source, include_dirs, found=None):
+    """The project headers `source` includes with #include "...", followed through the headers."""
+    found = set() if found is None else found
+    with open(source) as f:
+        names = re.findall(r'^\s*#\s*include\s*"([^"]+)"', f.read(), re.MULTILINE)
+    for name in names:
+        candidates = [os.path.join(os.path.dirname(source), name)] + [os.path.join(d, name) for d in include_dirs]
+        header = next((os.path.normpath(c) for c in candidates if os.path.isfile(c)), None)
+        if header is not None and header not in found:
+            found.add(header)
+            _included_headers(header, include_dirs, found)
+    return found
 
 
 def _make_lenient_build_ext():

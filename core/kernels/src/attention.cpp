@@ -297,6 +297,18 @@ void backward_block_tiled(const View<const float>& q, const View<const float>& k
     });
 }
 
+// fn(blk, scratch) for every (batch, head) block, on one parallel region's threads when `parallel`; each
+// thread makes its scratch once (make_scratch()) and takes blocks as it finishes them (see the top).
+template <typename MakeScratch, typename Fn>
+void for_each_block(int64_t blocks, bool parallel, MakeScratch&& make_scratch, Fn&& fn) {
+#pragma omp parallel if (parallel)
+    {
+        auto scratch = make_scratch();
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t blk = 0; blk < blocks; ++blk) fn(blk, scratch);
+    }
+}
+
 template <typename T>
 void attention_forward(const View<const T>& q, const View<const T>& k, const View<const T>& v, const T* bias,
                        const View<T>& out, T* probs, const Dims& d, double scale) {
@@ -304,31 +316,23 @@ void attention_forward(const View<const T>& q, const View<const T>& k, const Vie
     const bool parallel = blocks > 1 && blocks * d.t * d.s * (d.d + d.e) >= kParallelGrain;
     if constexpr (std::is_same_v<T, float>) {
         if (row_tiles(d)) {
-#pragma omp parallel if (parallel)
-            {
-                TiledScratch scratch(d, false);
-#pragma omp for schedule(dynamic, 1)
-                for (int64_t blk = 0; blk < blocks; ++blk)
-                    forward_block_tiled(q, k, v, bias, out, probs, d, float(scale), blk, scratch.key_t.data(),
-                                        scratch.p.data());
-            }
+            for_each_block(blocks, parallel, [&] { return TiledScratch(d, false); }, [&](int64_t blk, TiledScratch& s) {
+                forward_block_tiled(q, k, v, bias, out, probs, d, float(scale), blk, s.key_t.data(), s.p.data());
+            });
             return;
         }
     }
-#pragma omp parallel if (parallel)
-    {
-        std::vector<T> key_t(d.d * d.s), scratch(probs ? 0 : d.t * d.s);
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t blk = 0; blk < blocks; ++blk) {
-            const T* vb = v.block(blk, d.h);
-            T* pb = probs ? probs + blk * d.t * d.s : scratch.data();
-            T* ob = out.block(blk, d.h);
-            block_probs(q, k, bias, blk, d, scale, key_t.data(), pb);
-            for_row_blocks(d, [&](int64_t m0, int64_t m1, int64_t keys) {
-                gemm(m1 - m0, d.e, keys, pb + m0 * d.s, d.s, 1, vb, v.sl, ob + m0 * out.sl, out.sl);
-            });
-        }
-    }
+    struct Scratch { std::vector<T> key_t, probs; };  // K^T (D x S); P (T x S) when not written out
+    const auto make_scratch = [&] { return Scratch{std::vector<T>(d.d * d.s), std::vector<T>(probs ? 0 : d.t * d.s)}; };
+    for_each_block(blocks, parallel, make_scratch, [&](int64_t blk, Scratch& s) {
+        const T* vb = v.block(blk, d.h);
+        T* pb = probs ? probs + blk * d.t * d.s : s.probs.data();
+        T* ob = out.block(blk, d.h);
+        block_probs(q, k, bias, blk, d, scale, s.key_t.data(), pb);
+        for_row_blocks(d, [&](int64_t m0, int64_t m1, int64_t keys) {
+            gemm(m1 - m0, d.e, keys, pb + m0 * d.s, d.s, 1, vb, v.sl, ob + m0 * out.sl, out.sl);
+        });
+    });
 }
 
 // dS = P * (dP - rowsum(dO * O)) in place of dP, over the visible keys (the rest is zero).
@@ -360,13 +364,9 @@ void attention_backward(const View<const T>& q, const View<const T>& k, const Vi
     const bool parallel = blocks > 1 && blocks * d.t * d.s * (d.d + d.e) >= kParallelGrain;
     if constexpr (std::is_same_v<T, float>) {
         if (row_tiles(d)) {
-#pragma omp parallel if (parallel)
-            {
-                TiledScratch scratch(d, true);
-#pragma omp for schedule(dynamic, 1)
-                for (int64_t blk = 0; blk < blocks; ++blk)
-                    backward_block_tiled(q, k, v, bias, out, gout, gq, gk, gv, gscores, d, float(scale), blk, scratch);
-            }
+            for_each_block(blocks, parallel, [&] { return TiledScratch(d, true); }, [&](int64_t blk, TiledScratch& s) {
+                backward_block_tiled(q, k, v, bias, out, gout, gq, gk, gv, gscores, d, float(scale), blk, s);
+            });
             return;
         }
     }

@@ -242,18 +242,13 @@ static void gemm(const Isa& isa, const T* a, int64_t rsa, int64_t csa, const T* 
     }
 #pragma omp parallel num_threads(threads)
     {
-#ifdef _OPENMP
-        const int t = omp_get_thread_num(), count = omp_get_num_threads();
-#else
-        const int t = 0, count = 1;
-#endif
-        const int64_t first = units * t / count, last = units * (t + 1) / count;
+        const mstrain::ThreadShare share = mstrain::thread_share(units);
         if (by_rows) {
-            const int64_t i0 = first * mr, i1 = last * mr < m ? last * mr : m;
+            const int64_t i0 = share.lo * mr, i1 = share.hi * mr < m ? share.hi * mr : m;
             if (i1 > i0)
                 call_rect<T>(isa, a + i0 * rsa, rsa, csa, b, rsb, csb, c + i0 * ldc, ldc, i1 - i0, n, k, bias);
         } else {
-            const int64_t j0 = first * nr, j1 = last * nr < n ? last * nr : n;
+            const int64_t j0 = share.lo * nr, j1 = share.hi * nr < n ? share.hi * nr : n;
             if (j1 > j0)
                 call_rect<T>(isa, a, rsa, csa, b + j0 * csb, rsb, csb, c + j0, ldc, m, j1 - j0, k,
                              bias != nullptr ? bias + j0 : nullptr);
@@ -436,6 +431,8 @@ PYBIND11_MODULE(_gemm_panel, m) {
           "weight-gradient path (fixed depth chunks). The caller checks shapes and strides (gemm_params).");
     m.def("gemm_wgrad_c_entry", []() { return reinterpret_cast<uintptr_t>(&ms_gemm_wgrad); },
           "address of `void ms_gemm_wgrad(void**, const int64_t*)` (the weight-gradient path)");
+    m.def("weight_grad_depth_chunks", &mstrain::gemm_panel::depth_chunks, py::arg("m"), py::arg("n"), py::arg("k"),
+          "the depth chunks the weight-gradient path cuts an m x n product of depth k into");
     m.def("gemm_panel_isas", &supported_names, "the instruction sets supported here, best first");
     m.def("gemm_panel_c_entry", []() { return reinterpret_cast<uintptr_t>(&ms_gemm_panel); },
           "address of `void ms_gemm_panel(void**, const int64_t*)`, for the compiled step loop");

@@ -12,13 +12,12 @@
 // ascending order, one fused multiply-add per term (storing and reloading the tile between blocks is
 // exact). The portable version multiplies then adds, as gemm_panel.h's does.
 
+// gemm_panel.h's register tile (MR x NR), with this path's own blocking in place of Tile's KC and MC
 template <typename T>
-struct WgradTile {
-    static constexpr int MR = Ops<T>::MR;
-    static constexpr int NR = Ops<T>::NV * Ops<T>::W;
+struct WgradTile : Tile<T> {
     static constexpr int64_t KC = kWgradDepth;
-    static constexpr int64_t MC = kWgradRows / MR * MR;
-    static constexpr int64_t NC = kWgradCols / NR * NR;
+    static constexpr int64_t MC = kWgradRows / Tile<T>::MR * Tile<T>::MR;
+    static constexpr int64_t NC = kWgradCols / Tile<T>::NR * Tile<T>::NR;
 };
 
 // A's rows [0, mc) x depth [0, kc) as panels of MR rows: panel q holds, for each p, rows q*MR ..

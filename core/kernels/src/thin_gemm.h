@@ -20,7 +20,9 @@ namespace mstrain {
 namespace thin_gemm {
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512dq,fma")
+// f16c (here and for AVX2): thin_gemm_half.h's float16 stores are inlined into the rows tiles (every
+// AVX2 CPU has F16C; the float16 product checks for it before it runs them)
+#pragma GCC target("avx512f,avx512dq,fma,f16c")
 namespace avx512 {
 constexpr int kDotRows = 4, kDotColumns = 6;    // 24 accumulators of the 32 vector registers
 constexpr int kRowTile = 6, kRowVectors = 4;    // 24 accumulators, 4 B vectors, 1 broadcast
@@ -57,7 +59,7 @@ struct Ops<double> {
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 namespace avx2 {
 constexpr int kDotRows = 2, kDotColumns = 4;    // 8 accumulators of the 16 vector registers
 constexpr int kRowTile = 4, kRowVectors = 2;    // 8 accumulators, 2 B vectors, 1 broadcast

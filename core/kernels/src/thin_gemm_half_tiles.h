@@ -64,78 +64,30 @@ inline uint32_t narrow_rows(const float* src, int64_t rows, int64_t cols, uint16
     return bad;
 }
 
-// rows (thin_gemm_tiles.h) with a float16 output: each tile's accumulators are rounded to float16 in
-// registers as they are stored (the overflow flag gathered on the way), instead of passing through a
-// float32 buffer that a second loop rounds. The multiply-adds are rows_tile's, in its order: the
-// same values, rounded once.
-template <int MR, int NV, bool Masked>
-inline void rows_tile_half(int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b, int64_t ldb,
-                           uint16_t* c, int64_t ldc, int cols, typename HalfOps::Bad& bad, uint32_t& tail_bad) {
-    typedef Ops<float> O;
-    typename O::V acc[MR][NV];
-    for (int i = 0; i < MR; ++i)
-        for (int v = 0; v < NV; ++v) acc[i][v] = O::zero();
-    for (int64_t k = 0; k < K; ++k) {
-        typename O::V bv[NV];
-        const float* bk = b + k * ldb;
-        for (int v = 0; v < NV; ++v)
-            bv[v] = Masked && v == NV - 1 ? O::load_first(bk + v * O::W, cols) : O::load(bk + v * O::W);
-        const float* ak = a + k * a_k;
-        for (int i = 0; i < MR; ++i) {
-            const typename O::V s = O::broadcast(ak[i * a_m]);
-            for (int v = 0; v < NV; ++v) acc[i][v] = O::fmadd(s, bv[v], acc[i][v]);
-        }
+// The output of rows (thin_gemm_tiles.h) in float16: each tile's accumulators are rounded in registers
+// as they are stored (the overflow flag gathered on the way), instead of passing through a float32
+// buffer that a second loop rounds. The multiply-adds are rows_tile's, in its order: the same values,
+// rounded once.
+struct StoreHalf {
+    typedef uint16_t Elem;
+    struct State {
+        HalfOps::Bad bad;
+        uint32_t tail_bad;
+    };
+    static State start() { return State{HalfOps::no_bad(), 0}; }
+    static void store(uint16_t* c, HalfOps::V v, State& state) { state.bad = HalfOps::store_half(c, v, state.bad); }
+    static void store_first(uint16_t* c, HalfOps::V v, int cols, State& state) {
+        float rest[HalfOps::W];  // the last `cols` columns: only those are stored and checked
+        HalfOps::store(rest, v);
+        state.tail_bad |= narrow(rest, c, cols);
     }
-    for (int i = 0; i < MR; ++i)
-        for (int v = 0; v < NV; ++v) {
-            uint16_t* out = c + i * ldc + v * O::W;
-            if (Masked && v == NV - 1) {  // the last `cols` columns: only those are stored and checked
-                float rest[O::W];
-                O::store(rest, acc[i][v]);
-                tail_bad |= narrow(rest, out, cols);
-            } else {
-                bad = HalfOps::store_half(out, acc[i][v], bad);
-            }
-        }
-}
-
-template <int MR, int NV, bool Masked>
-inline uint32_t rows_block_half(int64_t M, int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b,
-                                int64_t ldb, uint16_t* c, int64_t ldc, int cols) {
-    typename HalfOps::Bad bad = HalfOps::no_bad();
-    uint32_t tail_bad = 0;
-    int64_t m = 0;
-    for (; m + MR <= M; m += MR)
-        rows_tile_half<MR, NV, Masked>(K, a + m * a_m, a_m, a_k, b, ldb, c + m * ldc, ldc, cols, bad, tail_bad);
-    if constexpr (MR > 1) {
-        if (m < M) tail_bad |= rows_block_half<MR - 1, NV, Masked>(M - m, K, a + m * a_m, a_m, a_k, b, ldb,
-                                                                   c + m * ldc, ldc, cols);
-    }
-    return HalfOps::any(bad) | tail_bad;
-}
-
-template <int NV>
-inline uint32_t rows_rest_half(int64_t M, int64_t K, const float* a, int64_t a_m, int64_t a_k, const float* b,
-                               int64_t ldb, uint16_t* c, int64_t ldc, int64_t vectors) {
-    if constexpr (NV > 1) {
-        if (vectors < NV) return rows_rest_half<NV - 1>(M, K, a, a_m, a_k, b, ldb, c, ldc, vectors);
-    }
-    return rows_block_half<kRowTile, NV, false>(M, K, a, a_m, a_k, b, ldb, c, ldc, HalfOps::W);
-}
+    static uint32_t flag(const State& state) { return HalfOps::any(state.bad) | state.tail_bad; }
+};
 
 // rows() of thin_gemm_tiles.h into a float16 C; returns nonzero when a stored value is inf or nan.
 inline uint32_t rows_half(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_m, int64_t a_k,
                           const float* b, int64_t ldb, uint16_t* c, int64_t ldc) {
-    constexpr int W = HalfOps::W;
-    uint32_t bad = 0;
-    int64_t n = 0;
-    for (; n + kRowVectors * W <= N; n += kRowVectors * W)
-        bad |= rows_block_half<kRowTile, kRowVectors, false>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, W);
-    const int64_t vectors = (N - n) / W;
-    if (vectors > 0) bad |= rows_rest_half<kRowVectors - 1>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, vectors);
-    n += vectors * W;
-    if (n < N) bad |= rows_block_half<kRowTile, 1, true>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, int(N - n));
-    return bad;
+    return rows<float, StoreHalf>(M, N, K, a, a_m, a_k, b, ldb, c, ldc);
 }
 
 // C (M x N, ldc) = A @ B as the float32 thin_gemm tiles compute it on the widened operands (the same

@@ -63,9 +63,22 @@ void dots(int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b, 
 // rows: C[m][n..n+W) = sum over k of A(m, k) * B[k][n..n+W), B row-major, A(m, k) = a[m * a_m + k * a_k]
 // (a plain or a transposed matrix). Each C element is a sum over k in order with fused multiply-adds.
 // With Masked, the last of the NV vectors holds the last `cols` (< W) columns, its other lanes off.
-template <typename T, int MR, int NV, bool Masked>
-void rows_tile(int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb, T* c, int64_t ldc,
-               int cols) {
+// `Out` stores the finished accumulators (its State, from start(), is a row block's): StoreAs<T> as
+// they are; thin_gemm_half_tiles.h's StoreHalf rounds them to float16 and flags an inf or nan, so the
+// multiply-adds exist once for both outputs.
+template <typename T>
+struct StoreAs {
+    typedef T Elem;
+    struct State {};
+    static State start() { return State{}; }
+    static void store(T* c, typename Ops<T>::V v, State&) { Ops<T>::store(c, v); }
+    static void store_first(T* c, typename Ops<T>::V v, int cols, State&) { Ops<T>::store_first(c, v, cols); }
+    static uint32_t flag(const State&) { return 0; }
+};
+
+template <typename T, int MR, int NV, bool Masked, typename Out>
+void rows_tile(int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb, typename Out::Elem* c,
+               int64_t ldc, int cols, typename Out::State& state) {
     typedef Ops<T> O;
     typename O::V acc[MR][NV];
     for (int i = 0; i < MR; ++i)
@@ -83,47 +96,53 @@ void rows_tile(int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int6
     }
     for (int i = 0; i < MR; ++i)
         for (int v = 0; v < NV; ++v) {
-            if (Masked && v == NV - 1) O::store_first(c + i * ldc + v * O::W, acc[i][v], cols);
-            else O::store(c + i * ldc + v * O::W, acc[i][v]);
+            if (Masked && v == NV - 1) Out::store_first(c + i * ldc + v * O::W, acc[i][v], cols, state);
+            else Out::store(c + i * ldc + v * O::W, acc[i][v], state);
         }
 }
 
-template <typename T, int MR, int NV, bool Masked>
-void rows_block(int64_t M, int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb, T* c,
-                int64_t ldc, int cols) {
+// Returns Out's flag over the block (StoreHalf: nonzero when a stored value is inf or nan).
+template <typename T, int MR, int NV, bool Masked, typename Out>
+uint32_t rows_block(int64_t M, int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb,
+                    typename Out::Elem* c, int64_t ldc, int cols) {
+    typename Out::State state = Out::start();
+    uint32_t flag = 0;
     int64_t m = 0;
-    for (; m + MR <= M; m += MR) rows_tile<T, MR, NV, Masked>(K, a + m * a_m, a_m, a_k, b, ldb, c + m * ldc, ldc, cols);
+    for (; m + MR <= M; m += MR)
+        rows_tile<T, MR, NV, Masked, Out>(K, a + m * a_m, a_m, a_k, b, ldb, c + m * ldc, ldc, cols, state);
     if constexpr (MR > 1) {
-        if (m < M) rows_block<T, MR - 1, NV, Masked>(M - m, K, a + m * a_m, a_m, a_k, b, ldb, c + m * ldc, ldc, cols);
+        if (m < M)
+            flag = rows_block<T, MR - 1, NV, Masked, Out>(M - m, K, a + m * a_m, a_m, a_k, b, ldb, c + m * ldc, ldc,
+                                                          cols);
     }
+    return Out::flag(state) | flag;
 }
 
 // The whole vectors left after the full panels (fewer than NV): one panel of as many, so each B row
 // loaded feeds MR broadcasts.
-template <typename T, int NV>
-void rows_rest(int64_t M, int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb, T* c,
-               int64_t ldc, int64_t vectors) {
+template <typename T, int NV, typename Out>
+uint32_t rows_rest(int64_t M, int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb,
+                   typename Out::Elem* c, int64_t ldc, int64_t vectors) {
     if constexpr (NV > 1) {
-        if (vectors < NV) {
-            rows_rest<T, NV - 1>(M, K, a, a_m, a_k, b, ldb, c, ldc, vectors);
-            return;
-        }
+        if (vectors < NV) return rows_rest<T, NV - 1, Out>(M, K, a, a_m, a_k, b, ldb, c, ldc, vectors);
     }
-    rows_block<T, kRowTile, NV, false>(M, K, a, a_m, a_k, b, ldb, c, ldc, Ops<T>::W);
+    return rows_block<T, kRowTile, NV, false, Out>(M, K, a, a_m, a_k, b, ldb, c, ldc, Ops<T>::W);
 }
 
-template <typename T>
-void rows(int64_t M, int64_t N, int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb, T* c,
-          int64_t ldc) {
+template <typename T, typename Out = StoreAs<T>>
+uint32_t rows(int64_t M, int64_t N, int64_t K, const T* a, int64_t a_m, int64_t a_k, const T* b, int64_t ldb,
+              typename Out::Elem* c, int64_t ldc) {
     constexpr int W = Ops<T>::W;
+    uint32_t flag = 0;
     int64_t n = 0;
     // a panel of B's columns stays in cache while every row block of A passes over it
     for (; n + kRowVectors * W <= N; n += kRowVectors * W)
-        rows_block<T, kRowTile, kRowVectors, false>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, W);
+        flag |= rows_block<T, kRowTile, kRowVectors, false, Out>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, W);
     const int64_t vectors = (N - n) / W;
-    if (vectors > 0) rows_rest<T, kRowVectors - 1>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, vectors);
+    if (vectors > 0) flag |= rows_rest<T, kRowVectors - 1, Out>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, vectors);
     n += vectors * W;
     // the last columns as one masked vector: a masked load in every step of a wider panel ran at
     // half speed (64 x 120 x 84)
-    if (n < N) rows_block<T, kRowTile, 1, true>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, int(N - n));
+    if (n < N) flag |= rows_block<T, kRowTile, 1, true, Out>(M, K, a, a_m, a_k, b + n, ldb, c + n, ldc, int(N - n));
+    return flag;
 }

@@ -55,21 +55,24 @@ inline uint16_t float_to_half_bits(float value) {
 }
 
 #if defined(__x86_64__) || defined(__i386__)
+// The 8 float16 values at p as float32 (exact), and 8 float32 values rounded into p (nearest even).
+inline __attribute__((target("avx,f16c"))) __m256 load8_f16c(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline __attribute__((target("avx,f16c"))) void store8_f16c(uint16_t* p, __m256 values) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(values, _MM_FROUND_TO_NEAREST_INT));
+}
+
 inline __attribute__((target("avx,f16c"))) void widen_f16c(const uint16_t* in, float* out, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load8_f16c(in + i));
     for (; i < n; ++i) out[i] = half_bits_to_float(in[i]);
 }
 
 inline __attribute__((target("avx,f16c"))) void narrow_f16c(const float* in, uint16_t* out, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
-    }
+    for (; i + 8 <= n; i += 8) store8_f16c(out + i, _mm256_loadu_ps(in + i));
     for (; i < n; ++i) out[i] = float_to_half_bits(in[i]);
 }
 
@@ -94,13 +97,10 @@ inline __attribute__((target("avx,f16c"))) void widen_row_f16c(const uint16_t* i
 // n values of `in` (readable up to n rounded up to 8) rounded into `out`, which gets exactly n.
 inline __attribute__((target("avx,f16c"))) void narrow_row_f16c(const float* in, uint16_t* out, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
-    }
+    for (; i + 8 <= n; i += 8) store8_f16c(out + i, _mm256_loadu_ps(in + i));
     if (i < n) {
         uint16_t h[8];
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(h), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+        store8_f16c(h, _mm256_loadu_ps(in + i));
         for (int64_t j = 0; j < n - i; ++j) out[i + j] = h[j];
     }
 }

@@ -1,8 +1,9 @@
 // float16 graph kernels whose rows are whole AVX vectors (GAT's 8 heads x 8 features, Cora's 64 hidden
 // features): operands widened by F16C as they are read, sums kept in registers, outputs rounded straight
 // from them, with the float32 kernels' operations in their order (no fused multiply-add), so the bits of
-// widening every operand, running the float32 kernel and rounding once. Included by graph_csr.cpp inside
-// its namespace, after the helpers these use (scratch, padded, longest_row, widen_row_f16c, narrow_f16c).
+// widening every operand, running the float32 kernel and rounding once. Included by graph_csr_half.h inside
+// graph_csr.cpp's namespace, after the helpers these use (scratch, padded, longest_row; float16.h's
+// load8_f16c, store8_f16c, widen_row_f16c, narrow_f16c).
 // No include guard: one includer.
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -24,14 +25,11 @@ __attribute__((target("avx,f16c"))) void sddmm_heads8_f16c(
         for (int64_t h0 = 0; h0 < heads; h0 += 8) {
             __m256 l[8];
             for (int h = 0; h < 8; ++h)
-                l[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(left + (h0 + h) * 8)));
+                l[h] = load8_f16c(left + (h0 + h) * 8);
             for (int64_t k = indptr[r]; k < static_cast<int64_t>(indptr[r + 1]); ++k) {
                 const uint16_t* right = b + static_cast<int64_t>(indices[k]) * stride + h0 * 8;
                 __m256 p[8];
-                for (int h = 0; h < 8; ++h) {
-                    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(right + h * 8));
-                    p[h] = _mm256_mul_ps(l[h], _mm256_cvtph_ps(bits));
-                }
+                for (int h = 0; h < 8; ++h) p[h] = _mm256_mul_ps(l[h], load8_f16c(right + h * 8));
                 // transpose: t[c] holds feature c of heads h0 .. h0 + 7
                 const __m256 u0 = _mm256_unpacklo_ps(p[0], p[1]), u1 = _mm256_unpackhi_ps(p[0], p[1]),
                              u2 = _mm256_unpacklo_ps(p[2], p[3]), u3 = _mm256_unpackhi_ps(p[2], p[3]),
@@ -50,8 +48,7 @@ __attribute__((target("avx,f16c"))) void sddmm_heads8_f16c(
                 acc = _mm256_add_ps(acc, _mm256_permute2f128_ps(v1, v5, 0x31));
                 acc = _mm256_add_ps(acc, _mm256_permute2f128_ps(v2, v6, 0x31));
                 acc = _mm256_add_ps(acc, _mm256_permute2f128_ps(v3, v7, 0x31));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k * heads + h0),
-                                 _mm256_cvtps_ph(acc, _MM_FROUND_TO_NEAREST_INT));
+                store8_f16c(out + k * heads + h0, acc);
             }
         }
     }
@@ -86,13 +83,11 @@ __attribute__((target("avx,f16c"))) void spmm_vectors_f16c(
                 const uint16_t* src = dense + static_cast<int64_t>(indices[k]) * stride;
                 const float* a = w + (k - begin) * heads;
                 for (int v = 0; v < V; ++v) {
-                    const __m256 s = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + v * 8)));
+                    const __m256 s = load8_f16c(src + v * 8);
                     acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(_mm256_set1_ps(a[head_of[v]]), s));
                 }
             }
-            for (int v = 0; v < V; ++v)
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(out + r * stride + v * 8),
-                                 _mm256_cvtps_ph(acc[v], _MM_FROUND_TO_NEAREST_INT));
+            for (int v = 0; v < V; ++v) store8_f16c(out + r * stride + v * 8, acc[v]);
         }
     }
 }
@@ -136,8 +131,7 @@ __attribute__((target("avx,f16c"))) void spmm_t_vectors_f16c(
             if (begin == end) continue;
             widen_row_f16c(values + begin * heads, w, (end - begin) * heads, values_end);
             __m256 src[V];
-            for (int v = lo; v < hi; ++v)
-                src[v] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dense + r * stride + v * 8)));
+            for (int v = lo; v < hi; ++v) src[v] = load8_f16c(dense + r * stride + v * 8);
             for (int64_t k = begin; k < end; ++k) {
                 float* dst = out32 + static_cast<int64_t>(indices[k]) * stride;
                 const float* a = w + (k - begin) * heads;
@@ -154,10 +148,6 @@ __attribute__((target("avx,f16c"))) void spmm_t_vectors_f16c(
 #endif
 
 #if defined(__x86_64__) || defined(__i386__)
-__attribute__((target("avx,f16c"))) inline __m256 load8_f16c(const uint16_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
 // The attention VJP on 8 heads (GAT's hidden layer) with a vector lane per head: each entry's alpha,
 // grad and source scores are widened as they are read, the row's scores and sums stay in registers
 // and grad_dst is rounded straight from them; only the entries' gradients (the serial scatter's
@@ -188,7 +178,7 @@ __attribute__((target("avx,f16c"))) void gat_attention_backward_heads8_f16c(
             _mm256_storeu_ps(entries + k * heads, out);
             total = _mm256_add_ps(total, out);
         }
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(grad_dst + r * heads), _mm256_cvtps_ph(total, _MM_FROUND_TO_NEAREST_INT));
+        store8_f16c(grad_dst + r * heads, total);
     }
     std::fill(sums, sums + cols * heads, 0.0f);
     for (int64_t k = 0; k < nnz; ++k) {

@@ -3,13 +3,17 @@ matmul, the same bits on 1, 2 and 3 threads, and the rule that picks it for a co
 import numpy as np
 import pytest
 
-from mstrain.kernels import gemm_panel
+from mstrain.kernels import gemm_panel, native_module
 
 built = pytest.mark.skipif(not gemm_panel.isas(), reason="the gemm_panel extension is not built")
 
 # (m, n, k): whole tiles; ragged rows, columns and depth (edge tiles, a depth past one 128 block);
 # fewer columns than a tile; a long depth (a weight gradient); a 16-deep patch embedding
 SHAPES = [(96, 64, 128), (131, 45, 300), (200, 16, 40), (40, 96, 1000), (150, 128, 16)]
+# weight gradients g.T @ x: ragged rows/columns, a depth not a whole number of chunks or blocks, one
+# chunk (shallow), many chunks; g's rows over 2 KiB apart (A packed: 600 rows of float32/float64)
+WGRAD_SHAPES = [(131, 45, 1300), (128, 128, 3200), (7, 300, 600), (200, 16, 40), (96, 64, 5000),
+                (600, 40, 1100)]
 
 
 def _operands(m, n, k, trans_a, trans_b, dtype, seed=0):
@@ -27,29 +31,48 @@ def _assert_close(got, a, b):
     assert np.all(np.abs(got.astype(np.float64) - want) <= tol * scale + tol), np.abs(got - want).max()
 
 
+# the products of each path: (function, shapes, (trans_a, trans_b) layouts, threads, operand seed); the
+# weight-gradient path's first layout is the step's (g read transposed, x row-major)
+PATHS = {
+    "gemm": (gemm_panel.matmul, SHAPES, [(0, 0), (0, 1), (1, 0), (1, 1)], 1, 0),
+    "weight_grad": (gemm_panel.weight_grad_matmul, WGRAD_SHAPES, [(1, 0), (0, 0), (1, 1)], 2, 4),
+}
+# the same bits on any thread count: (function, (trans_a, shape) cases, thread counts, operand seed)
+THREAD_CASES = {
+    "gemm": (gemm_panel.matmul, [(0, (700, 96, 130)), (1, (96, 260, 700)), (0, (37, 200, 64)),
+                                 (1, (128, 128, 300))], (2, 3), 1),
+    "weight_grad": (gemm_panel.weight_grad_matmul, [(1, shape) for shape in WGRAD_SHAPES], (2, 3, 5), 5),
+}
+
+
 @built
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
-def test_every_instruction_set_matches_numpy(dtype, trans_a, trans_b):
+@pytest.mark.parametrize("path,trans_a,trans_b",
+                         [(path, *layout) for path, (_, _, layouts, _, _) in PATHS.items() for layout in layouts])
+def test_every_instruction_set_matches_numpy(dtype, path, trans_a, trans_b):
+    product, shapes, _, threads, seed = PATHS[path]
     for isa in gemm_panel.isas():
-        for m, n, k in SHAPES:
-            a, b = _operands(m, n, k, trans_a, trans_b, dtype)
+        for m, n, k in shapes:
+            a, b = _operands(m, n, k, trans_a, trans_b, dtype, seed=seed)
             out = np.full((m, n), np.nan, dtype)
-            gemm_panel.matmul(a, b, out=out, isa=isa, threads=1)
+            product(a, b, out=out, isa=isa, threads=threads)
             _assert_close(out, a, b)
 
 
 @built
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_threads_give_the_same_bits(dtype):
-    """Threads own bands of whole tiles; every element is one chain of multiply-adds in k order. A
-    128 x 128 weight gradient is cut by columns on 2 threads (4 tile columns split evenly, 11 tile rows
-    would not) and by rows on 3."""
-    for trans_a, (m, n, k) in [(0, (700, 96, 130)), (1, (96, 260, 700)), (0, (37, 200, 64)), (1, (128, 128, 300))]:
-        a, b = _operands(m, n, k, trans_a, 0, dtype, seed=1)
-        one = gemm_panel.matmul(a, b, threads=1)
-        for threads in (2, 3):
-            np.testing.assert_array_equal(gemm_panel.matmul(a, b, threads=threads), one)
+@pytest.mark.parametrize("path", list(THREAD_CASES))
+def test_threads_give_the_same_bits(dtype, path):
+    """gemm: threads own bands of whole tiles; every element is one chain of multiply-adds in k order.
+    A 128 x 128 weight gradient is cut by columns on 2 threads (4 tile columns split evenly, 11 tile
+    rows would not) and by rows on 3. weight_grad: the depth chunks are fixed by the shape alone; more
+    threads than chunks cut a chunk's rows."""
+    product, cases, thread_counts, seed = THREAD_CASES[path]
+    for trans_a, (m, n, k) in cases:
+        a, b = _operands(m, n, k, trans_a, 0, dtype, seed=seed)
+        one = product(a, b, threads=1)
+        for threads in thread_counts:
+            np.testing.assert_array_equal(product(a, b, threads=threads), one)
 
 
 @built
@@ -126,36 +149,6 @@ def test_the_rule_takes_transformer_products_only():
     assert not gemm_panel.chooses(3200, 128, 128, np.float16)
 
 
-# weight gradients g.T @ x: ragged rows/columns, a depth not a whole number of chunks or blocks, one
-# chunk (shallow), many chunks; g's rows over 2 KiB apart (A packed: 600 rows of float32/float64)
-WGRAD_SHAPES = [(131, 45, 1300), (128, 128, 3200), (7, 300, 600), (200, 16, 40), (96, 64, 5000),
-                (600, 40, 1100)]
-
-
-@built
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_the_weight_gradient_path_matches_numpy(dtype):
-    """Every instruction set, the step's layout (g read transposed, x row-major) and the others."""
-    for isa in gemm_panel.isas():
-        for m, n, k in WGRAD_SHAPES:
-            for trans_a, trans_b in [(1, 0), (0, 0), (1, 1)]:
-                a, b = _operands(m, n, k, trans_a, trans_b, dtype, seed=4)
-                out = np.full((m, n), np.nan, dtype)
-                gemm_panel.weight_grad_matmul(a, b, out=out, isa=isa, threads=2)
-                _assert_close(out, a, b)
-
-
-@built
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_the_weight_gradient_path_gives_the_same_bits_on_any_thread_count(dtype):
-    """The depth chunks are fixed by the depth alone; more threads than chunks cut a chunk's rows."""
-    for m, n, k in WGRAD_SHAPES:
-        a, b = _operands(m, n, k, 1, 0, dtype, seed=5)
-        one = gemm_panel.weight_grad_matmul(a, b, threads=1)
-        for threads in (2, 3, 5):
-            np.testing.assert_array_equal(gemm_panel.weight_grad_matmul(a, b, threads=threads), one)
-
-
 _SUBPROCESS = """
 import mstrain, sys, hashlib
 import numpy as np
@@ -198,7 +191,13 @@ def test_the_weight_gradient_rule():
 
 @built
 def test_a_wide_weight_gradient_takes_fewer_chunks():
-    """1500 x 1408 outputs: the 2100-deep product's partials are capped at two chunks (16 MiB)."""
+    """1500 x 1408 outputs: the 2100-deep product's four chunks of partials are capped at two (16 MiB);
+    a narrow C of the same depth keeps four, a short depth one."""
+    depth_chunks = native_module("mstrain", "gemm_panel").weight_grad_depth_chunks
+    assert depth_chunks(1500, 1408, 2100) == 2
+    assert depth_chunks(128, 128, 2100) == 4 and depth_chunks(128, 128, 3200) == 4
+    assert depth_chunks(1024, 1024, 8192) == 4 and depth_chunks(128, 128, 8192) == 8
+    assert depth_chunks(128, 128, 511) == 1
     a, b = _operands(1500, 1408, 2100, 1, 0, np.float32, seed=7)
     one = gemm_panel.weight_grad_matmul(a, b, threads=1)
     _assert_close(one, a, b)
