@@ -32,6 +32,7 @@ def _kernel_passes():
     from .half import fold_operand_casts, recompute_widened_halves
     from .half_bias import fold_bias_widen
     from .half_checks import fold_overflow_checks
+    from .half_feed import round_inputs_on_feed
     from .half_shadow import shadow_half_weights, share_widened_operands
     return [
         ("expand", expand_composites),              # softmax, layer norm, losses, masks, updates -> basic ops
@@ -46,6 +47,7 @@ def _kernel_passes():
         ("half_checks", fold_overflow_checks),      # overflow checks: a flag the product sets as it rounds
         ("half_bias", fold_bias_widen),             # a float16 bias add read as float32: one C pass
         ("dce", dead_code_elimination),             # the float16 casts and values nothing reads any more
+        ("half_feed", round_inputs_on_feed),        # a batch only widened for products: rounded as it is fed
         ("bn_relu", fuse_batch_norm_relu),          # BN -> (add ->) ReLU: one call writing the ReLU's output
         ("fuse", fuse_kernels),                     # elementwise / row-reduction groups -> one C++ kernel each
         ("dce", dead_code_elimination),

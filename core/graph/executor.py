@@ -18,6 +18,7 @@ from ..ops.primitive import dispatch
 from . import copies, lowering  # noqa: F401  (copies: the layout ops' lowering rules)
 from .build import native_enabled as _native_enabled
 from .memory import Step, aligned_zeros, plan_memory
+from .half_feed import feed_rounded, feeds_half
 from .half_shadow import HalfShadow, is_half_exact, refresh_all
 from .index_guard import IndexGuards
 
@@ -96,6 +97,7 @@ class Executable:
         # every step's batch is copied in here (C loop, load_inputs): on 64-byte boundaries, so the
         # first kernels' row loads do not split cache lines by the luck of where malloc put them
         self._input_buffers = [aligned_zeros(n.shape, n.dtype) for n in graph.inputs]
+        self._rounded_inputs = [feeds_half(n) for n in graph.inputs]  # stored rounded to float16 (half_feed)
         self._residents = [n for n in graph.nodes if n.op == "resident"]
         self._shadows = [n.value for n in self._residents if isinstance(n.value, HalfShadow)]
         self._projections = {}
@@ -276,8 +278,11 @@ class Executable:
 
     def load_inputs(self, inputs):
         """Copy the step's input arrays into the graph's input buffers."""
-        for buffer, value in zip(self._input_buffers, inputs):
-            np.copyto(buffer, value, casting="unsafe")
+        for buffer, value, rounded in zip(self._input_buffers, inputs, self._rounded_inputs):
+            if rounded:
+                feed_rounded(buffer, value)
+            else:
+                np.copyto(buffer, value, casting="unsafe")
 
     def step(self):
         """Execute the plan once on the loaded inputs (kernel by kernel timed while a profiler runs)."""
@@ -344,7 +349,7 @@ class Executable:
         program = self.native()
         if ((len(batches) > 1 or kernel_seconds is not None) and program is not None
                 and isinstance(kept, np.ndarray) and kept.dtype in (np.float32, np.float64)):
-            program.loop(self._input_buffers, batches, kept, values, seconds, kernel_seconds)
+            program.loop(self._input_buffers, batches, kept, values, seconds, kernel_seconds, self._rounded_inputs)
         else:
             self._python_steps(batches, kept, values, seconds, kernel_seconds)
         if profiler is not None:

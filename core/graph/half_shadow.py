@@ -56,10 +56,12 @@ class HalfShadow:
 
 def is_half_exact(node):
     """Whether `node` is a float32 value holding float16 values: a shadow, a `half_widen` result,
-    or a transpose of one."""
+    an input rounded as it is fed (half_feed), or a transpose of one."""
     if node.op == "call" and node.prim.name == "transpose":
         node = node.inputs[0]
     if node.op == "call" and node.prim.name == "half_widen":
+        return True
+    if node.op == "input" and node.attrs.get("feed") == "half":
         return True
     return node.op == "resident" and isinstance(node.value, HalfShadow)
 

@@ -47,6 +47,22 @@ static double now() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
+/* the rounding of an input only float16 products read (half_feed.py: ms_float_round_half) */
+static kernel_t g_round_half = nullptr;
+extern "C" void ms_set_round_half(void* fn) { g_round_half = reinterpret_cast<kernel_t>(fn); }
+
+/* a step's input into its buffer; nbytes < 0: -nbytes bytes of float32 values stored rounded to
+   float16 precision (the loop only passes that once ms_set_round_half was called) */
+static inline void feed_input(void* dst, const void* src, int64_t nbytes) {
+  if (nbytes >= 0) {
+    std::memcpy(dst, src, nbytes);
+    return;
+  }
+  void* p[2] = {const_cast<void*>(src), dst};
+  const int64_t count[1] = {-nbytes / 4};
+  g_round_half(p, count);
+}
+
 /* steps x (copy the step's inputs in, run the program, read the loss); seconds[s] if asked */
 extern "C" void ms_loop(const Instr* prog, int64_t count, int64_t steps, int64_t n_inputs,
                         void* const* dst, const int64_t* nbytes, void* const* src,
@@ -54,7 +70,7 @@ extern "C" void ms_loop(const Instr* prog, int64_t count, int64_t steps, int64_t
   enter_program();
   for (int64_t s = 0; s < steps; ++s) {
     const double start = seconds ? now() : 0.0;
-    for (int64_t k = 0; k < n_inputs; ++k) std::memcpy(dst[k], src[s * n_inputs + k], nbytes[k]);
+    for (int64_t k = 0; k < n_inputs; ++k) feed_input(dst[k], src[s * n_inputs + k], nbytes[k]);
     run_program(prog, count);
     if (losses) losses[s] = loss_is_double ? *static_cast<const double*>(loss)
                                            : static_cast<double>(*static_cast<const float*>(loss));
@@ -164,7 +180,7 @@ extern "C" void ms_loop_timed(const Instr* prog, int64_t count, int64_t steps, i
   enter_program();
   for (int64_t s = 0; s < steps; ++s) {
     const double start = now();
-    for (int64_t k = 0; k < n_inputs; ++k) std::memcpy(dst[k], src[s * n_inputs + k], nbytes[k]);
+    for (int64_t k = 0; k < n_inputs; ++k) feed_input(dst[k], src[s * n_inputs + k], nbytes[k]);
     double mark = now();
     for (int64_t i = 0; i < count; ++i) {
       prog[i].fn(prog[i].p, prog[i].n);
@@ -273,6 +289,7 @@ def runtime():
                                     ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
         library.ms_loop_timed.argtypes = library.ms_loop.argtypes + [ctypes.c_void_p]
         library.ms_run_timed.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+        library.ms_set_round_half.argtypes = [ctypes.c_void_p]
         blas = numpy_blas_gemm()
         if blas is not None:
             library.ms_set_blas(ctypes.c_void_p(blas[0]), ctypes.c_void_p(blas[1]), ctypes.c_int64(blas[2]))
@@ -391,10 +408,11 @@ class NativeProgram:
         for kernel in self._hosted:
             kernel.after_native()
 
-    def loop(self, input_buffers, batches, loss, losses, seconds=None, kernel_seconds=None):
+    def loop(self, input_buffers, batches, loss, losses, seconds=None, kernel_seconds=None, rounded=()):
         """len(batches) steps: copy each batch into `input_buffers`, run, store the loss (and
         each step's wall time in `seconds`, a float64 array, when given). `kernel_seconds` (float64,
-        one entry per kernel) makes the C loop add each kernel's time into it (the profiler)."""
+        one entry per kernel) makes the C loop add each kernel's time into it (the profiler).
+        `rounded[k]`: input k (float32) is stored rounded to float16 precision (half_feed)."""
         steps, n_inputs = len(batches), len(input_buffers)
         sources = (ctypes.c_void_p * max(1, steps * n_inputs))()
         kept = []
@@ -405,7 +423,12 @@ class NativeProgram:
                     kept.append(value)
                 sources[s * n_inputs + k] = value.ctypes.data
         targets = (ctypes.c_void_p * max(1, n_inputs))(*[b.ctypes.data for b in input_buffers])
-        sizes = (ctypes.c_int64 * max(1, n_inputs))(*[b.nbytes for b in input_buffers])
+        rounded = list(rounded) + [False] * (n_inputs - len(rounded))
+        if any(rounded):
+            from .half_feed import round_half_address
+            runtime().ms_set_round_half(round_half_address())
+        sizes = (ctypes.c_int64 * max(1, n_inputs))(*[-b.nbytes if r else b.nbytes
+                                                      for b, r in zip(input_buffers, rounded)])
         arguments = (self._address, self.count, steps, n_inputs, ctypes.addressof(targets), ctypes.addressof(sizes),
                      ctypes.addressof(sources), loss.ctypes.data, int(loss.dtype == np.float64),
                      losses.ctypes.data, None if seconds is None else seconds.ctypes.data)
