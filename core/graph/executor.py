@@ -18,7 +18,7 @@ from ..ops.primitive import dispatch
 from . import copies, lowering  # noqa: F401  (copies: the layout ops' lowering rules)
 from .build import native_enabled as _native_enabled
 from .memory import Step, aligned_zeros, plan_memory
-from .half_feed import feed_rounded, feeds_half
+from .half_feed import feed_rounded, feeds_half, round_half_address
 from .half_shadow import HalfShadow, is_half_exact, refresh_all
 from .index_guard import IndexGuards
 
@@ -98,6 +98,7 @@ class Executable:
         # first kernels' row loads do not split cache lines by the luck of where malloc put them
         self._input_buffers = [aligned_zeros(n.shape, n.dtype) for n in graph.inputs]
         self._rounded_inputs = [feeds_half(n) for n in graph.inputs]  # stored rounded to float16 (half_feed)
+        self._round_half = round_half_address() if any(self._rounded_inputs) else None
         self._residents = [n for n in graph.nodes if n.op == "resident"]
         self._shadows = [n.value for n in self._residents if isinstance(n.value, HalfShadow)]
         self._projections = {}
@@ -349,7 +350,8 @@ class Executable:
         program = self.native()
         if ((len(batches) > 1 or kernel_seconds is not None) and program is not None
                 and isinstance(kept, np.ndarray) and kept.dtype in (np.float32, np.float64)):
-            program.loop(self._input_buffers, batches, kept, values, seconds, kernel_seconds, self._rounded_inputs)
+            program.loop(self._input_buffers, batches, kept, values, seconds, kernel_seconds, self._rounded_inputs,
+                         self._round_half)
         else:
             self._python_steps(batches, kept, values, seconds, kernel_seconds)
         if profiler is not None:

@@ -66,14 +66,14 @@ def feed_rounded(buffer, value):
         return
     pointers = (ctypes.c_void_p * 2)(value.ctypes.data, buffer.ctypes.data)
     count = (ctypes.c_int64 * 1)(value.size)
-    functions[3](pointers, count)
+    functions.float_round_half(pointers, count)
 
 
 def round_half_address():
     """The address of the C rounding the loop sink's feed calls (`ms_float_round_half`), or None."""
     from .half import converters
     functions = converters()
-    return None if functions is None else ctypes.cast(functions[3], ctypes.c_void_p).value
+    return None if functions is None else ctypes.cast(functions.float_round_half, ctypes.c_void_p).value
 
 
 __all__ = ["feeds_half", "round_inputs_on_feed", "feed_rounded", "round_half_address"]

@@ -408,11 +408,13 @@ class NativeProgram:
         for kernel in self._hosted:
             kernel.after_native()
 
-    def loop(self, input_buffers, batches, loss, losses, seconds=None, kernel_seconds=None, rounded=()):
+    def loop(self, input_buffers, batches, loss, losses, seconds=None, kernel_seconds=None, rounded=(),
+             round_half=None):
         """len(batches) steps: copy each batch into `input_buffers`, run, store the loss (and
         each step's wall time in `seconds`, a float64 array, when given). `kernel_seconds` (float64,
         one entry per kernel) makes the C loop add each kernel's time into it (the profiler).
-        `rounded[k]`: input k (float32) is stored rounded to float16 precision (half_feed)."""
+        `rounded[k]`: input k (float32) is stored rounded to float16 precision by the C function at
+        address `round_half` (half_feed.round_half_address)."""
         steps, n_inputs = len(batches), len(input_buffers)
         sources = (ctypes.c_void_p * max(1, steps * n_inputs))()
         kept = []
@@ -425,8 +427,9 @@ class NativeProgram:
         targets = (ctypes.c_void_p * max(1, n_inputs))(*[b.ctypes.data for b in input_buffers])
         rounded = list(rounded) + [False] * (n_inputs - len(rounded))
         if any(rounded):
-            from .half_feed import round_half_address
-            runtime().ms_set_round_half(round_half_address())
+            if not round_half:
+                raise ValueError("NativeProgram.loop: inputs to round but no rounding function (round_half)")
+            runtime().ms_set_round_half(round_half)
         sizes = (ctypes.c_int64 * max(1, n_inputs))(*[-b.nbytes if r else b.nbytes
                                                       for b, r in zip(input_buffers, rounded)])
         arguments = (self._address, self.count, steps, n_inputs, ctypes.addressof(targets), ctypes.addressof(sizes),
