@@ -11,11 +11,11 @@ import pytest
 import mstrain as ms
 from mstrain import Model, nn
 from mstrain import dataset as ds
-from mstrain.train.callback import Callback
 from mstrain.transformer import GPT, GPTConfig, GPTLoss
 from mstrain.transformer.jobs import decay_groups
 
 from ..torch_support import import_torch
+from ._torch_reference import assert_same_weights, block_state, train_losses
 
 VOCAB, LAYERS, HEADS, WIDTH, BLOCK, BATCH, STEPS = 65, 2, 4, 64, 32, 4, 4
 OPTIMIZER = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
@@ -54,22 +54,20 @@ def torch_gpt(torch, net, block):
             logits = self.ln_f(x) @ self.wte.weight.T
             return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
 
+    model = Model_()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in torch_state(net).items()}, strict=True)
+    return model
+
+
+def torch_state(net):
+    """`net`'s weights under nanoGPT's names (the padded vocabulary rows left out)."""
     ours = {p.name: p.asnumpy() for p in net.trainable_params()}
     state = {"wte.weight": ours["embedding.embedding_table"][:VOCAB],
              "wpe.weight": ours["position_embedding.embedding_table"],
              "ln_f.weight": ours["final_norm.gamma"], "ln_f.bias": ours["final_norm.beta"]}
-    for i in range(LAYERS):
-        b = f"blocks.{i}."
-        for kind in ("weight", "bias"):
-            state[b + "qkv." + kind] = np.concatenate([ours[f"{b}attention.{n}.{kind}"] for n in ("query", "key", "value")])
-            state[b + "proj." + kind] = ours[f"{b}attention.projection.{kind}"]
-            state[b + "fc." + kind] = ours[f"{b}mlp.mapping.{kind}"]
-            state[b + "mlp_proj." + kind] = ours[f"{b}mlp.projection.{kind}"]
-        for theirs, mine in (("ln_1", "attention_norm"), ("ln_2", "mlp_norm")):
-            state[f"{b}{theirs}.weight"], state[f"{b}{theirs}.bias"] = ours[f"{b}{mine}.gamma"], ours[f"{b}{mine}.beta"]
-    model = Model_()
-    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=True)
-    return model
+    state.update(block_state(ours, LAYERS, dict(attention_norm="ln_1", mlp_norm="ln_2", projection="proj",
+                                                 mapping="fc", mlp_projection="mlp_proj")))
+    return {k: np.ascontiguousarray(v) for k, v in state.items()}
 
 
 def batches(block):
@@ -105,15 +103,7 @@ def our_losses(net, inputs, labels, sink):
     block = inputs.shape[-1]
     data = ds.NumpySlicesDataset({"input_ids": inputs.reshape(-1, block), "labels": labels.reshape(-1, block)},
                                  shuffle=False).batch(BATCH)
-    losses = []
-
-    class Record(Callback):
-        def on_train_step_end(self, run_context):
-            args = run_context.original_args()
-            losses.extend(float(np.asarray(o.asnumpy())) for o in (args.step_outputs or [args.net_outputs]))
-
-    model.train(1, data, callbacks=[Record()], dataset_sink_mode=sink, sink_size=STEPS if sink else -1)
-    return np.array(losses)
+    return train_losses(model, data, sink, STEPS)
 
 
 def compare_with_torch(sink, block, score_gain=1.0):
@@ -132,10 +122,13 @@ def compare_with_torch(sink, block, score_gain=1.0):
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-5)
     trained = {p.name: p.asnumpy() for p in net.trainable_params()}
     assert all(np.abs(trained[n] - initial[n]).max() > 1e-4 for n in trained if "key.bias" not in n)  # all moved
-    np.testing.assert_allclose(trained["embedding.embedding_table"][:VOCAB], model.wte.weight.detach().numpy(),
-                               rtol=0, atol=2e-5)
-    np.testing.assert_allclose(trained["blocks.1.mlp.projection.weight"],
-                               model.blocks[1].mlp_proj.weight.detach().numpy(), rtol=0, atol=2e-5)
+    if score_gain == 1.0:  # every weight within 2e-5 of its torch twin
+        assert_same_weights(torch_state(net), model, WIDTH, atol=2e-5)
+    else:  # peaked rows leave some gradients at rounding noise, which Adam turns into full-size steps
+        np.testing.assert_allclose(trained["embedding.embedding_table"][:VOCAB], model.wte.weight.detach().numpy(),
+                                   rtol=0, atol=2e-5)
+        np.testing.assert_allclose(trained["blocks.1.mlp.projection.weight"],
+                                   model.blocks[1].mlp_proj.weight.detach().numpy(), rtol=0, atol=2e-5)
     return model, inputs
 
 

@@ -11,10 +11,10 @@ import pytest
 import mstrain as ms
 from mstrain import Model, nn
 from mstrain import dataset as ds
-from mstrain.train.callback import Callback
 from mstrain.transformer import ViT, ViTConfig
 
 from ..torch_support import import_torch
+from ._torch_reference import assert_same_weights, block_state, train_losses
 
 MNIST = Path(__file__).resolve().parents[2] / "data/images/mnist/mnist_test10k.npz"
 
@@ -69,15 +69,8 @@ def torch_state(net):
              "cls_token": ours["cls_token"], "positions": ours["positions"],
              "norm.weight": ours["final_norm.gamma"], "norm.bias": ours["final_norm.beta"],
              "head.weight": ours["head.weight"], "head.bias": ours["head.bias"]}
-    for i in range(LAYERS):
-        b = f"blocks.{i}."
-        for kind in ("weight", "bias"):
-            state[b + "qkv." + kind] = np.concatenate([ours[f"{b}attention.{n}.{kind}"] for n in ("query", "key", "value")])
-            state[b + "proj." + kind] = ours[f"{b}attention.projection.{kind}"]
-            state[b + "fc." + kind] = ours[f"{b}mlp.mapping.{kind}"]
-            state[b + "fc_out." + kind] = ours[f"{b}mlp.projection.{kind}"]
-        for theirs, mine in (("norm_attn", "attention_norm"), ("norm_mlp", "mlp_norm")):
-            state[f"{b}{theirs}.weight"], state[f"{b}{theirs}.bias"] = ours[f"{b}{mine}.gamma"], ours[f"{b}{mine}.beta"]
+    state.update(block_state(ours, LAYERS, dict(attention_norm="norm_attn", mlp_norm="norm_mlp", projection="proj",
+                                                 mapping="fc", mlp_projection="fc_out")))
     return {k: np.ascontiguousarray(v) for k, v in state.items()}
 
 
@@ -107,15 +100,7 @@ def our_losses(net, images, labels, sink):
     model = Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"), opt)
     data = ds.NumpySlicesDataset({"image": images.reshape(-1, 1, 28, 28), "label": labels.reshape(-1)},
                                  shuffle=False).batch(BATCH)
-    losses = []
-
-    class Record(Callback):
-        def on_train_step_end(self, run_context):
-            args = run_context.original_args()
-            losses.extend(float(np.asarray(o.asnumpy())) for o in (args.step_outputs or [args.net_outputs]))
-
-    model.train(1, data, callbacks=[Record()], dataset_sink_mode=sink, sink_size=STEPS if sink else -1)
-    return np.array(losses)
+    return train_losses(model, data, sink, STEPS)
 
 
 @pytest.mark.parametrize("sink", [False, True], ids=["step_by_step", "loop_sink"])
@@ -132,9 +117,4 @@ def test_vit_and_adamw_train_as_pytorch_does(sink):
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-5)
     trained = {p.name: p.asnumpy() for p in net.trainable_params()}
     assert all(np.abs(trained[n] - initial[n]).max() > 1e-4 for n in trained if "key.bias" not in n)  # all moved
-    theirs_trained = model.state_dict()
-    for name, value in torch_state(net).items():  # every weight, the norms' gains too (weight decay moves them)
-        theirs_value = theirs_trained[name].detach().numpy()
-        if name.endswith("qkv.bias"):  # the key bias's gradient is zero (softmax ignores it): Adam moves it by noise
-            value, theirs_value = np.delete(value, np.s_[WIDTH:2 * WIDTH]), np.delete(theirs_value, np.s_[WIDTH:2 * WIDTH])
-        np.testing.assert_allclose(value, theirs_value, rtol=0, atol=2e-6, err_msg=name)
+    assert_same_weights(torch_state(net), model, WIDTH)
