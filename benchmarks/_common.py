@@ -99,6 +99,34 @@ def ratio(ours, peer, **extra):
     return line
 
 
+def parse_seeds(text):
+    """[int] of `--seeds` text such as '0,1,2' (exits 2 naming the option otherwise)."""
+    try:
+        return [int(seed) for seed in text.split(",")]
+    except ValueError:
+        fail(f"--seeds {text!r}: expected comma-separated integers such as 0,1,2")
+
+
+def seed_summary(workload, name, mode, runs, quality, seeds):
+    """One line over seeds from [(our line, the peer's line or None)]: mean speed (and mean of the per-seed
+    ratios), each side's `quality` values ('val_loss', 'test_acc'...), their means, spreads and the
+    difference of the means. One run's quality is chaotic in roundoff, so goals are judged on these."""
+    ours = [o["quality"] for o, _ in runs]
+    line = record(workload, name, f"{mode}_seeds", runs[0][0]["speed_metric"],
+                  statistics.fmean(o["speed"] for o, _ in runs), f"mean_{runs[0][0]['quality_metric']}",
+                  statistics.fmean(ours), seeds=seeds)
+    line.update({f"{quality}_mstrain": [round(v, 4) for v in ours],
+                 f"{quality}_std_mstrain": round(statistics.pstdev(ours), 4)})
+    if runs[0][1] is not None:
+        peers = [p["quality"] for _, p in runs]
+        ratios = [o["speed"] / p["speed"] for o, p in runs]
+        line.update({"mean_speed_ratio": round(statistics.fmean(ratios), 4),
+                     f"{quality}_peer": [round(v, 4) for v in peers],
+                     f"{quality}_std_peer": round(statistics.pstdev(peers), 4),
+                     f"mean_{quality}_diff": round(statistics.fmean(ours) - statistics.fmean(peers), 4)})
+    return line
+
+
 def fail(message):
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mstrain  # noqa: E402,F401  (first: its BLAS thread settings must be set before numpy loads OpenBLAS)
 import numpy as np  # noqa: E402
 
-from _common import REPO, emit, ratio, record, run_peer  # noqa: E402
+from _common import REPO, emit, parse_seeds, ratio, record, run_peer, seed_summary  # noqa: E402
 
 LAYERS, HEADS, WIDTH, BLOCK, BATCH, PADDED_VOCAB = 4, 4, 256, 128, 16, 72
 
@@ -104,17 +104,14 @@ def main():
     args = parser.parse_args()
     if args.same_init and not args.peer:
         parser.error("--same-init needs --peer (the initial weights come from the peer)")
-    try:
-        seeds = [int(seed) for seed in args.seeds.split(",")]
-    except ValueError:
-        parser.error(f"--seeds {args.seeds!r}: expected comma-separated integers such as 0,1,2")
+    seeds = parse_seeds(args.seeds)
     if args.generation:
         generation_lines()
         return
     peak = gemm_peak_flops()
     runs = [one_seed(args, seed, peak) for seed in seeds]
     if len(seeds) > 1:
-        emit(seed_summary(runs, args))
+        emit(seed_summary("W1", "gpt-char", "loop_sink", runs, "val_loss", args.seeds))
 
 
 def one_seed(args, seed, peak):
@@ -142,28 +139,13 @@ def one_seed(args, seed, peak):
     return ours, peer
 
 
-def seed_summary(runs, args):
-    """Means and spreads over the seeds: speed as the mean of the per-seed ratios, quality as each side's
-    mean val loss (and its standard deviation) and the difference of the means."""
-    ours = [o["quality"] for o, _ in runs]
-    line = record("W1", "gpt-char", "loop_sink_seeds", "train_tokens_per_s", np.mean([o["speed"] for o, _ in runs]),
-                  f"mean_val_loss_after_{args.steps}_steps", np.mean(ours), seeds=args.seeds,
-                  val_loss_mstrain=[round(v, 4) for v in ours], val_loss_std_mstrain=round(float(np.std(ours)), 4),
-                  same_init=args.same_init)
-    if args.peer:
-        peers = [p["quality"] for _, p in runs]
-        line.update(mean_speed_ratio=round(float(np.mean([o["speed"] / p["speed"] for o, p in runs])), 4),
-                    val_loss_peer=[round(v, 4) for v in peers], val_loss_std_peer=round(float(np.std(peers)), 4),
-                    mean_val_loss_diff=round(float(np.mean(ours) - np.mean(peers)), 4))
-    return line
-
-
 def peer_with_init(steps, seed, out_dir):
     """The peer's JSON line and a checkpoint of its initial weights (mstrain's names) in `out_dir`."""
     import mstrain as ms
     weights = Path(out_dir) / "peer_init.npz"
     peer = run_peer(str(Path(__file__).resolve().parent / "peers" / "gpt_char_torch_init.py"),
-                    ["--steps", str(steps), "--seed", str(seed), "--init-out", str(weights), "--padded-vocab", str(PADDED_VOCAB)])[0]
+                    ["--steps", str(steps), "--seed", str(seed), "--init-out", str(weights),
+                     "--padded-vocab", str(PADDED_VOCAB)])[0]
     with np.load(weights) as arrays:
         checkpoint = ms.save_checkpoint({name: arrays[name] for name in arrays.files}, str(Path(out_dir) / "peer_init"))
     return peer, checkpoint

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mstrain  # noqa: E402,F401  (first: its BLAS thread settings must be set before numpy loads OpenBLAS)
 import numpy as np  # noqa: E402
 
-from _common import REPO, emit, fail, ratio, record, run_peer  # noqa: E402
+from _common import REPO, emit, fail, parse_seeds, ratio, record, run_peer, seed_summary  # noqa: E402
 
 BATCH, TRAIN_IMAGES, FULL_EPOCHS = 64, 8000, 10
 STEPS_PER_EPOCH = TRAIN_IMAGES // BATCH
@@ -70,14 +70,12 @@ def main():
         fail(f"--modes: {','.join(unknown) or 'none given'}; choose among {', '.join(MODES)}")
     if epochs < 1:
         fail(f"--epochs must be at least 1, got {epochs}")
-    try:
-        seeds = [int(seed) for seed in args.seeds.split(",")]
-    except ValueError:
-        fail(f"--seeds {args.seeds!r}: expected comma-separated integers such as 0,1,2")
+    seeds = parse_seeds(args.seeds)
     runs = [one_seed(modes, epochs, seed, args.peer) for seed in seeds]
     if len(seeds) > 1:
         for mode in modes:
-            emit(seed_summary([(ours[mode], peer) for ours, peer in runs], mode, epochs, args.seeds))
+            per_seed = [(ours[mode], peer) for ours, peer in runs]
+            emit(seed_summary("W7", "vit-tiny", mode, per_seed, "test_acc", args.seeds))
 
 
 def one_seed(modes, epochs, seed, with_peer):
@@ -92,21 +90,6 @@ def one_seed(modes, epochs, seed, with_peer):
             emit(ratio(ours, peer, test_acc_mstrain=ours["quality"], test_acc_peer=peer["quality"],
                        test_acc_diff=round(ours["quality"] - peer["quality"], 4), seed=seed))
     return results, peer
-
-
-def seed_summary(runs, mode, epochs, seeds):
-    """One mode over the seeds: mean speed (and of the per-seed ratios), each side's mean test accuracy,
-    its standard deviation, and the difference of the means."""
-    ours = [o["quality"] for o, _ in runs]
-    line = record("W7", "vit-tiny", f"{mode}_seeds", "train_images_per_s", np.mean([o["speed"] for o, _ in runs]),
-                  f"mean_test_acc_after_{epochs}_epochs", np.mean(ours), seeds=seeds,
-                  test_acc_mstrain=ours, test_acc_std_mstrain=round(float(np.std(ours)), 4))
-    if runs[0][1] is not None:
-        peers = [p["quality"] for _, p in runs]
-        line.update(mean_speed_ratio=round(float(np.mean([o["speed"] / p["speed"] for o, p in runs])), 4),
-                    test_acc_peer=peers, test_acc_std_peer=round(float(np.std(peers)), 4),
-                    mean_test_acc_diff=round(float(np.mean(ours) - np.mean(peers)), 4))
-    return line
 
 
 if __name__ == "__main__":
