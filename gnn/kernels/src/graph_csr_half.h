@@ -1,4 +1,4 @@
-// The float16 kernels of graph_csr.cpp: float32 scratch, the F16C kernels that convert as they go
+// The float16 kernels of graph_csr.cpp: the F16C kernels that convert as they go
 // (with graph_csr_vectors.h), and the *_half entries that pick one of them or widen whole arrays and
 // run the float32 kernels. Included by graph_csr.cpp inside its namespace, after the float32 kernels
 // these call. No include guard: one includer.
@@ -8,16 +8,7 @@
 // several entries, so widening it once beats widening it per entry), runs the float32 kernel and
 // rounds each output once: it equals the float32 kernel on the widened inputs, rounded to float16.
 
-// float32 scratch reused from call to call (per thread, grown when needed, never shrunk): a float16
-// kernel runs every training step, and fresh vectors each time cost an allocation, a zero fill and,
-// beyond the allocator's mmap threshold, page faults on every first touch. The float32 kernels write
-// every output element, so the scratch needs no clearing.
-float* scratch(int slot, int64_t n) {
-    thread_local std::vector<float> buffers[7];
-    std::vector<float>& buffer = buffers[slot];
-    if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
-    return buffer.data();
-}
+#include "graph_csr_scratch.h"
 
 float* widened(const uint16_t* bits, int64_t n, int slot) {
     float* out = scratch(slot, n);
@@ -37,16 +28,6 @@ constexpr int64_t kConvertAsUsedMin = 16;
 // spmm converts a source row once per entry that reads it: beyond this many entries per source row on
 // average (Cora's sparse features times the first weight: 34) widening the whole array once is faster.
 constexpr int64_t kConvertAsUsedReuse = 8;
-constexpr int64_t padded(int64_t n) { return (n + 7) / 8 * 8; }
-
-// The most entries of one row: per-row buffers are taken once per thread, not once per row (a
-// thread_local lookup per row cost more than the row's arithmetic on Cora's rows of about 5 entries).
-template <typename I>
-int64_t longest_row(const I* indptr, int64_t rows) {
-    int64_t most = 0;
-    for (int64_t r = 0; r < rows; ++r) most = std::max<int64_t>(most, indptr[r + 1] - indptr[r]);
-    return most;
-}
 
 template <typename I>
 __attribute__((target("avx,f16c"))) void spmm_heads_rows_f16c(

@@ -2,9 +2,10 @@
 // features): operands widened by F16C as they are read, sums kept in registers, outputs rounded straight
 // from them, with the float32 kernels' operations in their order (no fused multiply-add), so the bits of
 // widening every operand, running the float32 kernel and rounding once. Included by graph_csr_half.h inside
-// graph_csr.cpp's namespace, after the helpers these use (scratch, padded, longest_row; float16.h's
-// load8_f16c, store8_f16c, widen_row_f16c, narrow_f16c).
-// No include guard: one includer.
+// graph_csr.cpp's namespace, after float16.h's load8_f16c, store8_f16c, widen_row_f16c and narrow_f16c;
+// scratch, padded and longest_row come from graph_csr_scratch.h. No include guard: one includer.
+
+#include "graph_csr_scratch.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 // sddmm on heads of 8 features (GAT's 8 x 8), 8 heads at a time in AVX registers: a row of `a` is
