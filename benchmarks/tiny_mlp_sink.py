@@ -21,8 +21,9 @@ per step (timed in C; `gemm` marks numpy's BLAS calls).
 
 --peer also measures the floor in this process (benchmarks/_w6_floor.py): `numpy_step`, the step
 written by hand in numpy with in-place updates, and `gemm_floor`, its five matrix products alone,
-both on the BLAS threads the compiled step's thread policy gives these products (`blas_threads`,
-`thread_policy`: mstrain.graph.native_blas.blas_threads_for), `gemm_floor_all_threads` the products on
+both on as many numpy BLAS threads as the compiled step gives these products (`blas_threads`,
+`thread_policy`: mstrain.graph.native_blas.blas_threads_for for BLAS products; the short-side kernel
+cuts W6's two large products over the OpenMP threads), `gemm_floor_all_threads` the products on
 all of numpy's BLAS threads, followed by a line with loop_sink / gemm_floor. Each of these lines
 also has `cpu_us_per_step`, the fastest block's process CPU time per step (on a shared machine, time other processes take
 from the run does not count; BLAS threads' spinning does). --amp O0,O2 measures each mode at each mixed-
@@ -47,6 +48,7 @@ import mstrain as ms  # noqa: E402
 from mstrain import nn  # noqa: E402
 from mstrain.profiler import kernel_times  # noqa: E402
 from mstrain.graph.native_blas import SMALL_GEMM_WORK, blas_threads_for, numpy_blas_threads  # noqa: E402
+from mstrain.kernels import thin_gemm  # noqa: E402
 from mstrain.train.sink import GraphSinkRunner  # noqa: E402
 
 IN_FEATURES, HIDDEN, CLASSES, BATCH, POOL = 784, 128, 10, 32, 100
@@ -163,10 +165,13 @@ def _timed_steps(call, x, y, steps, sink_size):
 
 
 def floor_threads():
-    """The BLAS threads the compiled step's policy gives the floor's products (the largest one's)."""
-    products = [(BATCH, HIDDEN, IN_FEATURES), (BATCH, CLASSES, HIDDEN), (HIDDEN, CLASSES, BATCH),
-                (BATCH, HIDDEN, CLASSES), (IN_FEATURES, HIDDEN, BATCH)]
-    return max(blas_threads_for(*product) for product in products)
+    """The threads the compiled step gives the floor's products (the largest one's): numpy's BLAS
+    threads by the step's policy, or, for a product the short-side kernel takes, the OpenMP threads
+    it cuts that product over (mstrain.kernels.thin_gemm.product_threads)."""
+    products = [(BATCH, HIDDEN, IN_FEATURES, True), (BATCH, CLASSES, HIDDEN, True), (HIDDEN, CLASSES, BATCH, False),
+                (BATCH, HIDDEN, CLASSES, False), (HIDDEN, IN_FEATURES, BATCH, False)]
+    return max(max(blas_threads_for(m, n, k), thin_gemm.product_threads(m, n, k, trans_b))
+               for m, n, k, trans_b in products)
 
 
 def floor_lines(x, y, init, args):
@@ -185,7 +190,8 @@ def floor_lines(x, y, init, args):
     finally:
         set_threads(default_threads)
     policy = dict(blas_threads=threads, thread_policy=f"compiled-step policy: products under "
-                  f"{int(SMALL_GEMM_WORK)} multiply-adds on 1 BLAS thread, larger on all {default_threads}")
+                  f"{int(SMALL_GEMM_WORK)} multiply-adds on 1 BLAS thread, larger on all {default_threads}; "
+                  "short-side products from 2^21 multiply-adds cut over the OpenMP threads")
     numpy_line = _common.record("W6", "tiny-mlp-sink", "numpy_step", "us_per_train_step",
                                 np.median(times[args.warmup:]) * 1e6, "loss_step_100", losses[QUALITY_STEP - 1],
                                 steps=args.steps, seed=args.seed, cpu_us_per_step=round(cpu * 1e6, 3), **policy)

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
           "-std=c++17", "-shared", "-fPIC"]
 _LIBS = ["-lmvec"] if sys.platform.startswith("linux") else []
-# Kernel threads sleep when a parallel loop ends (OMP_WAIT_POLICY=PASSIVE): set by mstrain._threads.
+# Kernel threads spin briefly when a parallel loop ends, then sleep (GOMP_SPINCOUNT): set by mstrain._threads.
 _lock = threading.Lock()
 _loaded = {}  # path -> ctypes library
 

@@ -20,11 +20,15 @@ _ROW_SPAN = 1024
 # Elements below which one thread wins. Measured on 2 cores with sleeping OpenMP workers: waking the
 # second one costs tens of microseconds, so an add of 128K floats (in L2) is twice as slow split, while
 # from 256K elements on both a memory-bound add and a GELU gradient run 1.5x faster on two threads.
+# Workers now spin briefly after a region (mstrain._threads), which lowers the cost of a split.
 # Rows are shared out whole, so a row kernel's per-row reductions do not depend on the thread count.
 _PARALLEL_MIN = 1 << 18
-# Element-operations (elements x fused ops) from which a kernel of many ops splits below
-# _PARALLEL_MIN elements: an AdamW update (14 ops) of a 1024 x 256 weight, a layer norm of 1024 rows.
-_PARALLEL_WORK = 1 << 20
+# Element-operations (elements x fused ops) from which a kernel of several ops splits below
+# _PARALLEL_MIN elements: an AdamW update (14 ops) of a 1024 x 256 weight, a layer norm of 1024 rows,
+# W6's momentum update (4 ops) of its 784 x 128 weight. That update reads the weight gradient the
+# product wrote split by rows over the same threads (thin_gemm.h): on one thread it read the other
+# core's half from there, 13 -> 63 us a step; split, each thread updates about the half in its cache.
+_PARALLEL_WORK = 1 << 18
 _BLOCK = 1 << 13  # elements of a flat loop's blocks (a multiple of every vector width)
 _COLUMN_BLOCK = 128  # columns of a leading-axes reduction per thread task (whole cache lines of output)
 

@@ -104,6 +104,13 @@ void thin_gemm_into(py::array a, py::array b, py::array c, std::vector<int64_t> 
 
 int thin_gemm_bits() { return thin_gemm::vector_bits(); }
 
+// The threads the product (M x K) @ (K x N) runs on here (B read transposed or not), 0 when it cannot run.
+int thin_gemm_threads(bool trans_b, int64_t M, int64_t N, int64_t K) {
+    const int bits = thin_gemm::vector_bits();
+    if (bits == 0) return 0;
+    return thin_gemm::cut_threads(thin_gemm::product_cut<float>(trans_b, M, N, K, bits), M, N, K);
+}
+
 uintptr_t thin_gemm_c_entry() { return reinterpret_cast<uintptr_t>(&ms_thin_gemm); }
 
 }  // namespace
@@ -118,6 +125,8 @@ PYBIND11_MODULE(_thin_gemm, m) {
     m.def("thin_gemm_bits", &mstrain::thin_gemm_bits, "vector width in bits: 512, 256 or 0 (not usable)");
     m.def("thin_gemm_c_entry", &mstrain::thin_gemm_c_entry,
           "address of the C entry `void ms_thin_gemm(void**, const int64_t*)` for the compiled step loop");
+    m.def("thin_gemm_threads", &mstrain::thin_gemm_threads, py::arg("trans_b"), py::arg("m"), py::arg("n"), py::arg("k"),
+          "the OpenMP threads a float32 product (m x k) @ (k x n) runs on, cut into ranges of its output (0: not usable)");
     m.def("thin_gemm_half_into", &mstrain::thin_gemm_half_into, py::arg("a"), py::arg("b"), py::arg("c"),
           py::arg("params"), py::arg("bits") = 0,
           "c = a @ b with float16 (or float32, exact or rounded to float16) operands, params = {trans_a, trans_b, "
@@ -126,6 +135,6 @@ PYBIND11_MODULE(_thin_gemm, m) {
           "vector width of the float16 product in bits: 512, 256 or 0 (not usable)");
     m.def("thin_gemm_half_c_entry", &mstrain::thin_gemm_half_c_entry,
           "address of the C entry `void ms_thin_gemm_half(void**, const int64_t*)`");
-    m.attr("KERNELS") = py::make_tuple("thin_gemm_into", "thin_gemm_bits", "thin_gemm_c_entry", "thin_gemm_half_into",
+    m.attr("KERNELS") = py::make_tuple("thin_gemm_into", "thin_gemm_bits", "thin_gemm_threads", "thin_gemm_c_entry", "thin_gemm_half_into",
                                        "thin_gemm_half_bits", "thin_gemm_half_c_entry");
 }

@@ -98,8 +98,23 @@ inline int gemm_half(const HalfProduct& p, int bits = 0) {
     const int widest = half_bits();
     bits = bits == 0 || bits > widest ? widest : bits;
     if (bits == 0 || (p.trans_a && p.trans_b)) return -1;
-    thread_local std::vector<float> scratch;  // grows to the largest product's blocks, then stays
-    const uint32_t bad = bits == 512 ? avx512::gemm_half(p, scratch) : avx2::gemm_half(p, scratch);
+    // ranges of C over threads as gemm's (thin_gemm.h); each thread widens into its own scratch
+    const Cut cut = product_cut<float>(p.trans_b, p.M, p.N, p.K, bits);
+    const int64_t a_bytes = p.a_kind == kHalf ? 2 : 4, b_bytes = p.b_kind == kHalf ? 2 : 4, c_bytes = p.c_kind == kHalf ? 2 : 4;
+    const uint32_t bad = over_ranges(cut, cut_threads(cut, p.M, p.N, p.K), [&](int64_t lo, int64_t hi) -> uint32_t {
+        thread_local std::vector<float> scratch;  // grows to the largest product's blocks, then stays
+        HalfProduct part = p;
+        if (cut.rows) {
+            part.M = hi - lo;
+            part.a = static_cast<const char*>(p.a) + lo * (p.trans_a ? 1 : p.lda) * a_bytes;
+            part.c = static_cast<char*>(p.c) + lo * p.ldc * c_bytes;
+        } else {
+            part.N = hi - lo;
+            part.b = static_cast<const char*>(p.b) + (p.trans_b ? lo * p.ldb : lo) * b_bytes;
+            part.c = static_cast<char*>(p.c) + lo * c_bytes;
+        }
+        return bits == 512 ? avx512::gemm_half(part, scratch) : avx2::gemm_half(part, scratch);
+    });
     return bad ? 1 : 0;
 }
 

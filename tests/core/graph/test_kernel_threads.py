@@ -65,9 +65,11 @@ def test_the_probe_sizes_take_the_threaded_loops():
     assert codegen.parallel_min(UPDATE_OPS) <= UPDATE < codegen._PARALLEL_MIN
 
 
-def test_kernels_of_few_ops_keep_the_element_threshold():
-    assert codegen.parallel_min(1) == codegen.parallel_min(4) == codegen._PARALLEL_MIN
-    assert 2 * codegen._BLOCK <= codegen.parallel_min(100) < codegen.parallel_min(12) < codegen._PARALLEL_MIN
+def test_kernels_of_one_op_keep_the_element_threshold_and_a_momentum_update_of_w6s_weight_splits():
+    assert codegen.parallel_min(1) == codegen._PARALLEL_MIN
+    # W6's momentum update (4 ops) of its 784 x 128 weight runs on the threads that wrote its gradient
+    assert codegen.parallel_min(4) <= 784 * 128 < codegen.parallel_min(2) < codegen._PARALLEL_MIN
+    assert 2 * codegen._BLOCK <= codegen.parallel_min(100) < codegen.parallel_min(12) < codegen.parallel_min(4)
 
 
 def test_threaded_kernels_match_numpy_and_one_thread_bit_for_bit(tmp_path):
