@@ -67,8 +67,9 @@ def _warn_if_too_late(blas_settings):
 
 
 def settle():
-    _set_default("GOMP_SPINCOUNT", _KERNEL_SPIN_COUNT)
-    _set_default("KMP_BLOCKTIME", "1")  # clang's OpenMP (libomp): spin 1 ms, not its default 200
+    if "OMP_WAIT_POLICY" not in os.environ:  # a user's policy wins (libgomp would spin GOMP_SPINCOUNT anyway)
+        _set_default("GOMP_SPINCOUNT", _KERNEL_SPIN_COUNT)
+        _set_default("KMP_BLOCKTIME", "1")  # clang's OpenMP (libomp): spin 1 ms, not its default 200
     _set_default("OPENBLAS_THREAD_TIMEOUT", "4")
     local = _first_int(_LOCAL_SIZE_VARS) or _first_int(_WORLD_SIZE_VARS)
     if local and local > 1 and not any(name in os.environ for name in _THREAD_VARS):

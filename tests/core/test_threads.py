@@ -33,6 +33,10 @@ def test_user_settings_win():
                   GOMP_SPINCOUNT="7", KMP_BLOCKTIME="0") == ["None", "ACTIVE", "10", "7", "0"]
 
 
+def test_a_users_wait_policy_is_left_alone_by_the_spin_defaults():
+    assert _probe(OMP_WAIT_POLICY="PASSIVE") == ["None", "PASSIVE", "4", "None", "None"]
+
+
 def _import_warnings(code, **env_overrides):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_NUM_THREADS")}
     env.update(env_overrides)

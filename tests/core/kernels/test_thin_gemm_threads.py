@@ -69,6 +69,15 @@ def test_a_product_cut_over_two_threads_gives_the_one_thread_bits(tmp_path):
         np.testing.assert_array_equal(two[name], one[name], err_msg=name)
 
 
+def test_with_sleeping_workers_products_are_not_cut(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="2", OMP_WAIT_POLICY="PASSIVE")
+    code = ("import mstrain; from mstrain.kernels import thin_gemm; "
+            "print(thin_gemm.product_threads(32, 128, 784, True), thin_gemm.product_threads(128, 784, 32, False))")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "1"]
+
+
 def test_small_products_stay_on_one_thread():
     assert thin_gemm.product_threads(32, 10, 128, False) == 1  # W6's second layer: 41k multiply-adds
     assert thin_gemm.product_threads(32, 64, 784, True) == 1   # 1.6M, under 2^21
