@@ -10,10 +10,11 @@ g @ W are broadcast-times-row tiles; AVX-512 or AVX2 + FMA, chosen at run time.
 Eager products (mstrain.ops.math.numpy_matmul) and compiled steps (the step runner's C call, the
 Python fallback of a compiled product) take the same decision (`product_params`) and call the same
 machine code, so a compiled step keeps eager's numbers. The sums run in another order than BLAS's:
-results differ from np.matmul by rounding (a few ulps of the sum of absolute products). A product of
-2^21 multiply-adds or more is cut into ranges of its output over the OpenMP threads (`product_threads`;
-W6's 784 x 128 x 32 products: 63 -> 35 us on 2 cores); every output is computed by the same instructions
-whatever its range, so results do not depend on the thread count. Without the extension, on a machine without AVX2, with
+results differ from np.matmul by rounding (a few ulps of the sum of absolute products). In a compiled
+step (the C entries) a product of 2^21 multiply-adds or more is cut into ranges of its output over the
+OpenMP threads (`product_threads`; W6's 784 x 128 x 32 products: 63 -> 35 us on 2 cores); eager products,
+a Python call apart, run on one thread (`cut=True` asks for the cut); every output is computed by the
+same instructions whatever its range, so results do not depend on the thread count. Without the extension, on a machine without AVX2, with
 MSTRAIN_DISABLE_KERNELS=1, or for shapes outside the policy, np.matmul runs.
 
 >>> import numpy as np
@@ -123,7 +124,7 @@ def matmul_into(a, b, out, params=None):
 
 
 def product_threads(m, n, k, trans_b):
-    """The OpenMP threads the float32 product (m x k) @ (k x n) runs on here (B read transposed or not):
+    """The OpenMP threads a compiled step's float32 product (m x k) @ (k x n) runs on (B read transposed or not):
     its output is cut into ranges of whole tiles, by rows for a weight gradient (m >= k, B row-major),
     else by columns; 1 below 2^21 multiply-adds. 0 when the kernel is not usable."""
     module = _native()
@@ -187,10 +188,11 @@ def half_product_params(a, b, out, exact=(False, False)):
     return [params[1], params[2], params[3], params[4], params[5], params[6], params[7], params[8], *kinds]
 
 
-def half_matmul_into(a, b, out, params, bits=0):
+def half_matmul_into(a, b, out, params, bits=0, cut=False):
     """out = a @ b for `half_product_params`'s answer `params`; returns whether a float16 value of
-    out is inf or nan. `bits` 256 runs the AVX2 tiles on an AVX-512 machine."""
-    return bool(_native_half().thin_gemm_half_into(a, b, out, params, bits))
+    out is inf or nan. `bits` 256 runs the AVX2 tiles on an AVX-512 machine; `cut` lets a large product
+    run on several threads, as a compiled step's does."""
+    return bool(_native_half().thin_gemm_half_into(a, b, out, params, bits, cut))
 
 
 def half_c_entry():

@@ -203,20 +203,23 @@ uint32_t over_ranges(const Cut& cut, int threads, Body body) {
 // C (M x N, ldc) = A @ B. A(m, k) = a[m * lda + k] (trans_a false) or a[k * lda + m]; B(k, n) =
 // b[k * ldb + n] (trans_b false) or b[n * ldb + k]. Returns false (nothing written) for a layout it
 // does not take (both transposed) or a machine without AVX2. `bits` 256 runs the AVX2 tiles on an
-// AVX-512 machine (tests); 0 picks the widest.
+// AVX-512 machine (tests); 0 picks the widest. `cut` lets a large product run on several threads: the
+// compiled step's calls, which come back to back while the worker still spins. An eager product from
+// Python finds it asleep, and W6's eager step ran 8-10% slower with its products cut (537-545 against
+// 490-498 us), so eager calls run on one thread; the bits are the same either way.
 template <typename T>
 bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T* c, int64_t ldc, int bits = 0) {
+          int64_t ldb, T* c, int64_t ldc, int bits = 0, bool cut = false) {
     const int widest = vector_bits();
     bits = bits == 0 || bits > widest ? widest : bits;
     if (bits == 0 || (trans_a && trans_b)) return false;
     const int64_t a_m = trans_a ? 1 : lda, a_k = trans_a ? lda : 1;
-    const Cut cut = product_cut<T>(trans_b, M, N, K, bits);
-    over_ranges(cut, cut_threads(cut, M, N, K), [&](int64_t lo, int64_t hi) -> uint32_t {
-        const int64_t rows = cut.rows ? hi - lo : M, cols = cut.rows ? N : hi - lo;
-        const T* a_part = cut.rows ? a + lo * a_m : a;
-        const T* b_part = cut.rows ? b : b + (trans_b ? lo * ldb : lo);
-        T* c_part = cut.rows ? c + lo * ldc : c + lo;
+    const Cut ranges = product_cut<T>(trans_b, M, N, K, bits);
+    over_ranges(ranges, cut ? cut_threads(ranges, M, N, K) : 1, [&](int64_t lo, int64_t hi) -> uint32_t {
+        const int64_t rows = ranges.rows ? hi - lo : M, cols = ranges.rows ? N : hi - lo;
+        const T* a_part = ranges.rows ? a + lo * a_m : a;
+        const T* b_part = ranges.rows ? b : b + (trans_b ? lo * ldb : lo);
+        T* c_part = ranges.rows ? c + lo * ldc : c + lo;
         if (trans_b) {
             if (bits == 512) avx512::dots<T>(rows, cols, K, a_part, lda, b_part, ldb, c_part, ldc);
             else avx2::dots<T>(rows, cols, K, a_part, lda, b_part, ldb, c_part, ldc);

@@ -93,18 +93,18 @@ inline int half_bits() {
 
 // The product `p` (see HalfProduct); returns 1 when a float16 output value is inf or nan, 0 otherwise,
 // -1 when it cannot run (no conversions on this machine, both operands transposed). `bits` 256 runs
-// the AVX2 tiles on an AVX-512 machine (tests); 0 picks the widest.
-inline int gemm_half(const HalfProduct& p, int bits = 0) {
+// the AVX2 tiles on an AVX-512 machine (tests); 0 picks the widest. `cut`: as gemm's (thin_gemm.h).
+inline int gemm_half(const HalfProduct& p, int bits = 0, bool cut = false) {
     const int widest = half_bits();
     bits = bits == 0 || bits > widest ? widest : bits;
     if (bits == 0 || (p.trans_a && p.trans_b)) return -1;
     // ranges of C over threads as gemm's (thin_gemm.h); each thread widens into its own scratch
-    const Cut cut = product_cut<float>(p.trans_b, p.M, p.N, p.K, bits);
+    const Cut ranges = product_cut<float>(p.trans_b, p.M, p.N, p.K, bits);
     const int64_t a_bytes = p.a_kind == kHalf ? 2 : 4, b_bytes = p.b_kind == kHalf ? 2 : 4, c_bytes = p.c_kind == kHalf ? 2 : 4;
-    const uint32_t bad = over_ranges(cut, cut_threads(cut, p.M, p.N, p.K), [&](int64_t lo, int64_t hi) -> uint32_t {
+    const uint32_t bad = over_ranges(ranges, cut ? cut_threads(ranges, p.M, p.N, p.K) : 1, [&](int64_t lo, int64_t hi) -> uint32_t {
         thread_local std::vector<float> scratch;  // grows to the largest product's blocks, then stays
         HalfProduct part = p;
-        if (cut.rows) {
+        if (ranges.rows) {
             part.M = hi - lo;
             part.a = static_cast<const char*>(p.a) + lo * (p.trans_a ? 1 : p.lda) * a_bytes;
             part.c = static_cast<char*>(p.c) + lo * p.ldc * c_bytes;

@@ -1,6 +1,7 @@
-"""Short-side products cut over OpenMP threads (src/thin_gemm.h `over_ranges`): the same bits on one
-and on two threads, for float32, float64 and the float16 kernel's operand kinds; the cut really
-happens for W6's products; and a worker is placed on a core of its own (src/thread_place.h)."""
+"""Short-side products cut over OpenMP threads as a compiled step runs them (src/thin_gemm.h
+`over_ranges`): the same bits on one and on two threads, for float32, float64 and the float16 kernel's
+operand kinds; the cut really happens for W6's products, inside a loop-sunk step too; eager calls stay on
+one thread; and a worker is placed on a core of its own (src/thread_place.h)."""
 import json
 import os
 import subprocess
@@ -34,14 +35,14 @@ _SCRIPT = textwrap.dedent("""
             b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(dtype)
             a, b = (a.T if trans_a else a), (b.T if trans_b else b)
             out = np.full((m, n), np.nan, dtype)
-            thin_gemm._native().thin_gemm_into(a, b, out, gemm_params(a, b, out), 0)
+            thin_gemm._native().thin_gemm_into(a, b, out, gemm_params(a, b, out), 0, True)
             results[f"{index}-{np.dtype(dtype).name}"] = out
         if thin_gemm._native_half() is not None:  # float16 A, float32 B read rounded, float16 output
             half_a, round_b = a.astype(np.float16), b.astype(np.float32)
             out = np.full((m, n), np.nan, np.float16)
             params = thin_gemm.half_product_params(half_a, round_b, out)
             if params is not None:
-                thin_gemm.half_matmul_into(half_a, round_b, out, params)
+                thin_gemm.half_matmul_into(half_a, round_b, out, params, cut=True)
                 results[f"{index}-half"] = out
         threads.append(thin_gemm.product_threads(m, n, k, trans_b))
     np.savez(out_path, **results)
@@ -90,7 +91,8 @@ _PLACEMENT = textwrap.dedent("""
     import numpy as np
     from mstrain.kernels import thin_gemm
     x, w = np.ones((32, 784), np.float32), np.ones((128, 784), np.float32)
-    thin_gemm.matmul_into(x, w.T, np.empty((32, 128), np.float32))
+    out = np.empty((32, 128), np.float32)
+    thin_gemm._native().thin_gemm_into(x, w.T, out, thin_gemm.product_params(x, w.T, out), 0, True)
     masks = {}
     for task in os.listdir("/proc/self/task"):
         masks[int(task)] = sorted(os.sched_getaffinity(int(task)))
@@ -108,3 +110,41 @@ def test_the_worker_of_a_cut_product_runs_on_a_core_of_its_own_and_the_caller_st
     assert caller == process_set and len(process_set) == 2
     assert pinned == [[process_set[-1]]]  # one worker, on the last CPU of the set
 
+
+
+_EAGER_THEN_SUNK = textwrap.dedent("""
+    import json, os
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+    import mstrain as ms
+    import numpy as np
+    from mstrain import nn, ops
+    from mstrain.train.sink import GraphSinkRunner
+
+    def pinned():
+        return sum(len(os.sched_getaffinity(int(t))) == 1 for t in os.listdir("/proc/self/task"))
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 32, 784)).astype(np.float32)
+    y = rng.integers(0, 10, (4, 32))
+    w = ms.Tensor(rng.standard_normal((784, 128)).astype(np.float32))
+    for _ in range(3):  # eager products of W6's first layer
+        ops.matmul(ms.Tensor(x[0]), w)
+    after_eager = pinned()
+    net = nn.SequentialCell([nn.Dense(784, 128), nn.ReLU(), nn.Dense(128, 10)])
+    cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
+                               nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9))
+    GraphSinkRunner(cell).run([(x[s], y[s]) for s in range(4)])
+    print(json.dumps([after_eager, pinned()]))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and two CPUs")
+def test_eager_products_stay_on_one_thread_and_a_loop_sunk_step_cuts_them():
+    """The worker is placed the first time a cut product runs (see above): none after eager products,
+    one after a loop-sunk W6 step."""
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    proc = subprocess.run([sys.executable, "-c", _EAGER_THEN_SUNK], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == [0, 1]
