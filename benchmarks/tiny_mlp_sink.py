@@ -28,7 +28,9 @@ all of numpy's BLAS threads, followed by a line with loop_sink / gemm_floor. Eac
 also has `cpu_us_per_step`, the fastest block's process CPU time per step (on a shared machine, time other processes take
 from the run does not count; BLAS threads' spinning does). --amp O0,O2 measures each mode at each mixed-
 precision level (O2: float16 network, float32 master weights and loss, dynamic loss scale; modes
-get an `_amp_O2` suffix) and prints an O2 / O0 line per mode.
+get an `_amp_O2` suffix) and prints an O2 / O0 line per mode, and for the loop sink O2 - O0 next to the
+time of rounding the first-layer weight to float16 precision once (the step does it every step, split
+over the forward product's threads): the part of the gap no rearranging of kernels removes.
 """
 import argparse
 import sys
@@ -164,6 +166,27 @@ def _timed_steps(call, x, y, steps, sink_size):
     return results, times, min(cpu[1:] or cpu)
 
 
+def weight_rounding_us(repeats=2000):
+    """Microseconds to round the first-layer weight's 100k float32 values to float16 precision once
+    (the C conversion a compiled O2 step uses, one thread, median of `repeats`), or None without a
+    compiler: the part of O2's extra cost that moving work around cannot remove on a CPU without
+    float16 arithmetic (the O2 step reads the weight rounded; O0 reads it as it is)."""
+    from mstrain.graph import native
+    from mstrain.graph.half import converters
+    functions = converters()
+    if functions is None:
+        return None
+    weight = np.random.default_rng(0).uniform(-0.04, 0.04, (HIDDEN, IN_FEATURES)).astype(np.float32)
+    rounded = np.empty_like(weight)
+    step = native.c_step(functions.float_round_half, [weight.ctypes.data, rounded.ctypes.data], [weight.size])
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        native.run_c_step(step)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e6
+
+
 def floor_threads():
     """The threads the compiled step gives the floor's products (the largest one's): numpy's BLAS
     threads by the step's policy, or, for a product the short-side kernel takes, the OpenMP threads
@@ -265,6 +288,17 @@ def main():
                               "speed_metric": "us_per_train_step", level: low["speed"], "O0": base["speed"],
                               "speed_ratio": round(low["speed"] / base["speed"], 4),
                               "loss_diff": abs(low["quality"] - base["quality"])})
+                if mode == "loop_sink" and level == "O2":
+                    rounding = weight_rounding_us()
+                    threads = thin_gemm.product_threads(BATCH, HIDDEN, IN_FEATURES, True)
+                    _common.emit({"workload": "W6", "name": "tiny-mlp-sink",
+                                  "ratio_of": "loop_sink amp O2 - O0 / first-layer weight rounding",
+                                  "speed_metric": "us_per_train_step",
+                                  "o2_minus_o0_us": round(low["speed"] - base["speed"], 3),
+                                  "weight_rounding_us_one_thread": None if rounding is None else round(rounding, 3),
+                                  "forward_product_threads": threads,
+                                  "weight_rounding_us_per_thread": None if rounding is None or not threads
+                                  else round(rounding / threads, 3)})
     if args.peer:
         _floor_and_peer(results, x, y, init, args)
     if args.peer_compile:  # torch.compile (inductor) is the peer's counterpart of the graph sink
