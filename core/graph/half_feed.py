@@ -15,6 +15,7 @@ import ctypes
 
 import numpy as np
 
+from . import native
 from .ir import Node, rewrite
 
 _FEED_HALF = "half"
@@ -64,9 +65,7 @@ def feed_rounded(buffer, value):
     if functions is None or value.dtype != np.float32 or not value.flags.c_contiguous or value.shape != buffer.shape:
         np.copyto(buffer, np.asarray(value, np.float32).astype(np.float16), casting="unsafe")
         return
-    pointers = (ctypes.c_void_p * 2)(value.ctypes.data, buffer.ctypes.data)
-    count = (ctypes.c_int64 * 1)(value.size)
-    functions.float_round_half(pointers, count)
+    native.run_c_step(native.c_step(functions.float_round_half, [value.ctypes.data, buffer.ctypes.data], [value.size]))
 
 
 def round_half_address():

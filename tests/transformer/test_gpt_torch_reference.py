@@ -15,36 +15,22 @@ from mstrain.transformer import GPT, GPTConfig, GPTLoss
 from mstrain.transformer.jobs import decay_groups
 
 from ..torch_support import import_torch
-from ._torch_reference import assert_same_weights, block_state, train_losses
+from ._torch_reference import assert_same_weights, block_state, torch_block, train_losses
 
 VOCAB, LAYERS, HEADS, WIDTH, BLOCK, BATCH, STEPS = 65, 2, 4, 64, 32, 4, 4
 OPTIMIZER = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
 
 def torch_gpt(torch, net, block):
-    """nanoGPT's model holding `net`'s weights (the padded vocabulary rows left out)."""
+    """nanoGPT's model (its blocks: torch_block) holding `net`'s weights (the padded vocabulary rows left out)."""
     F, tnn = torch.nn.functional, torch.nn
-
-    class Block(tnn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln_1, self.ln_2 = tnn.LayerNorm(WIDTH), tnn.LayerNorm(WIDTH)
-            self.qkv, self.proj = tnn.Linear(WIDTH, 3 * WIDTH), tnn.Linear(WIDTH, WIDTH)
-            self.fc, self.mlp_proj = tnn.Linear(WIDTH, 4 * WIDTH), tnn.Linear(4 * WIDTH, WIDTH)
-
-        def forward(self, x):
-            b, t, c = x.shape
-            heads = lambda v: v.view(b, t, HEADS, c // HEADS).transpose(1, 2)  # noqa: E731
-            q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
-            y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-            return x + self.mlp_proj(F.gelu(self.fc(self.ln_2(x))))
 
     class Model_(tnn.Module):
         def __init__(self):
             super().__init__()
             self.wte, self.wpe = tnn.Embedding(VOCAB, WIDTH), tnn.Embedding(block, WIDTH)
-            self.blocks = tnn.ModuleList(Block() for _ in range(LAYERS))
+            self.blocks = tnn.ModuleList(torch_block(torch, WIDTH, HEADS, 4 * WIDTH, causal=True)
+                                        for _ in range(LAYERS))
             self.ln_f = tnn.LayerNorm(WIDTH)
 
         def forward(self, idx, targets):
@@ -65,8 +51,7 @@ def torch_state(net):
     state = {"wte.weight": ours["embedding.embedding_table"][:VOCAB],
              "wpe.weight": ours["position_embedding.embedding_table"],
              "ln_f.weight": ours["final_norm.gamma"], "ln_f.bias": ours["final_norm.beta"]}
-    state.update(block_state(ours, LAYERS, dict(attention_norm="ln_1", mlp_norm="ln_2", projection="proj",
-                                                 mapping="fc", mlp_projection="mlp_proj")))
+    state.update(block_state(ours, LAYERS))
     return {k: np.ascontiguousarray(v) for k, v in state.items()}
 
 
@@ -128,7 +113,7 @@ def compare_with_torch(sink, block, score_gain=1.0):
         np.testing.assert_allclose(trained["embedding.embedding_table"][:VOCAB], model.wte.weight.detach().numpy(),
                                    rtol=0, atol=2e-5)
         np.testing.assert_allclose(trained["blocks.1.mlp.projection.weight"],
-                                   model.blocks[1].mlp_proj.weight.detach().numpy(), rtol=0, atol=2e-5)
+                                   model.blocks[1].fc_out.weight.detach().numpy(), rtol=0, atol=2e-5)
     return model, inputs
 
 
@@ -144,7 +129,7 @@ def test_peaked_attention_over_a_long_context_trains_as_pytorch_does(sink):
     block = model.blocks[0]  # the test's premise: the softmax rows are peaked (as after training)
     with torch.no_grad():
         x = model.wte(torch.from_numpy(inputs[0].astype(np.int64))) + model.wpe(torch.arange(128))
-        q, k, _ = block.qkv(block.ln_1(x)).split(WIDTH, dim=2)
+        q, k, _ = block.qkv(block.norm_attn(x)).split(WIDTH, dim=2)
         heads = lambda v: v.view(BATCH, 128, HEADS, WIDTH // HEADS).transpose(1, 2)  # noqa: E731
         scores = heads(q) @ heads(k).transpose(-1, -2) / np.sqrt(WIDTH // HEADS)
         scores = scores.masked_fill(torch.ones(128, 128).triu(1).bool(), float("-inf"))

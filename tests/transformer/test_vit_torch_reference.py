@@ -14,7 +14,7 @@ from mstrain import dataset as ds
 from mstrain.transformer import ViT, ViTConfig
 
 from ..torch_support import import_torch
-from ._torch_reference import assert_same_weights, block_state, train_losses
+from ._torch_reference import assert_same_weights, block_state, torch_block, train_losses
 
 MNIST = Path(__file__).resolve().parents[2] / "data/images/mnist/mnist_test10k.npz"
 
@@ -23,21 +23,7 @@ ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)  # torch'
 
 
 def torch_vit(torch, net):
-    F, tnn = torch.nn.functional, torch.nn
-
-    class Block(tnn.Module):
-        def __init__(self):
-            super().__init__()
-            self.norm_attn, self.norm_mlp = tnn.LayerNorm(WIDTH), tnn.LayerNorm(WIDTH)
-            self.qkv, self.proj = tnn.Linear(WIDTH, 3 * WIDTH), tnn.Linear(WIDTH, WIDTH)
-            self.fc, self.fc_out = tnn.Linear(WIDTH, FFN), tnn.Linear(FFN, WIDTH)
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.norm_attn(x)).view(b, t, 3, HEADS, WIDTH // HEADS).permute(2, 0, 3, 1, 4)
-            y = F.scaled_dot_product_attention(q, k, v)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, WIDTH))
-            return x + self.fc_out(F.gelu(self.fc(self.norm_mlp(x))))
+    tnn = torch.nn
 
     class Model_(tnn.Module):
         def __init__(self):
@@ -45,7 +31,8 @@ def torch_vit(torch, net):
             self.patch_embed = tnn.Linear(PATCH * PATCH, WIDTH)
             self.cls_token = tnn.Parameter(torch.zeros(1, 1, WIDTH))
             self.positions = tnn.Parameter(torch.zeros(1, 50, WIDTH))
-            self.blocks = tnn.ModuleList(Block() for _ in range(LAYERS))
+            self.blocks = tnn.ModuleList(torch_block(torch, WIDTH, HEADS, FFN, causal=False)
+                                        for _ in range(LAYERS))
             self.norm, self.head = tnn.LayerNorm(WIDTH), tnn.Linear(WIDTH, 10)
 
         def forward(self, images):
@@ -69,8 +56,7 @@ def torch_state(net):
              "cls_token": ours["cls_token"], "positions": ours["positions"],
              "norm.weight": ours["final_norm.gamma"], "norm.bias": ours["final_norm.beta"],
              "head.weight": ours["head.weight"], "head.bias": ours["head.bias"]}
-    state.update(block_state(ours, LAYERS, dict(attention_norm="norm_attn", mlp_norm="norm_mlp", projection="proj",
-                                                 mapping="fc", mlp_projection="fc_out")))
+    state.update(block_state(ours, LAYERS))
     return {k: np.ascontiguousarray(v) for k, v in state.items()}
 
 

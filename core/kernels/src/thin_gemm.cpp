@@ -72,7 +72,7 @@ bool thin_gemm_half_into(py::array a, py::array b, py::array c, std::vector<int6
     }
     const py::array* arrays[3] = {&a, &b, &c};
     for (int k = 0; k < 3; ++k) {
-        if (!is_float(*arrays[k], params[8 + k] == thin_gemm::kHalf ? 2 : 4)) {
+        if (!is_float(*arrays[k], int(thin_gemm::kind_bytes(int(params[8 + k]))))) {
             throw py::type_error("thin_gemm_half: an array's dtype differs from its kind");
         }
     }

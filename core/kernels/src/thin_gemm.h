@@ -17,7 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
+#include <strings.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -137,7 +137,7 @@ constexpr double kThreadWork = double(1 << 21);
 inline bool workers_sleep_at_once() {
     static const bool passive = [] {
         const char* policy = std::getenv("OMP_WAIT_POLICY");
-        return policy != nullptr && (std::strcmp(policy, "PASSIVE") == 0 || std::strcmp(policy, "passive") == 0);
+        return policy != nullptr && strcasecmp(policy, "passive") == 0;  // OpenMP reads it case-blind
     }();
     return passive;
 }

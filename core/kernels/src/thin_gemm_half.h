@@ -25,6 +25,9 @@ namespace thin_gemm {
 // rounded to float16, or float16. The output is float32 (kExact) or float16 (kHalf).
 enum HalfKind { kExact = 0, kRound = 1, kHalf = 2 };
 
+// Bytes per stored element of an operand or output of `kind`.
+inline int64_t kind_bytes(int kind) { return kind == kHalf ? 2 : 4; }
+
 // C (M x N, ldc) = A @ B in the layout of `gemm` (thin_gemm.h); strides in elements of each array.
 struct HalfProduct {
     bool trans_a, trans_b;
@@ -100,7 +103,7 @@ inline int gemm_half(const HalfProduct& p, int bits = 0, bool cut = false) {
     if (bits == 0 || (p.trans_a && p.trans_b)) return -1;
     // ranges of C over threads as gemm's (thin_gemm.h); each thread widens into its own scratch
     const Cut ranges = product_cut<float>(p.trans_b, p.M, p.N, p.K, bits);
-    const int64_t a_bytes = p.a_kind == kHalf ? 2 : 4, b_bytes = p.b_kind == kHalf ? 2 : 4, c_bytes = p.c_kind == kHalf ? 2 : 4;
+    const int64_t a_bytes = kind_bytes(p.a_kind), b_bytes = kind_bytes(p.b_kind), c_bytes = kind_bytes(p.c_kind);
     const uint32_t bad = over_ranges(ranges, cut ? cut_threads(ranges, p.M, p.N, p.K) : 1, [&](int64_t lo, int64_t hi) -> uint32_t {
         thread_local std::vector<float> scratch;  // grows to the largest product's blocks, then stays
         HalfProduct part = p;

@@ -50,7 +50,7 @@ inline uint32_t narrow(const float* src, uint16_t* dst, int64_t n) {
 // The rows of a stored matrix (`rows` rows of `cols` values, `ld` apart) widened into dst, rows of
 // `cols` values one after another.
 inline void widen_rows(const void* src, int kind, int64_t rows, int64_t cols, int64_t ld, float* dst) {
-    const int64_t bytes = kind == kHalf ? 2 : 4;
+    const int64_t bytes = kind_bytes(kind);
     for (int64_t r = 0; r < rows; ++r)
         widen(static_cast<const char*>(src) + r * ld * bytes, kind, dst + r * cols, cols);
 }
@@ -142,9 +142,9 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
         a = a32;
         lda = a_cols;
     }
-    const int64_t a_bytes = p.a_kind == kHalf ? 2 : 4;
+    const int64_t a_bytes = kind_bytes(p.a_kind);
     const int64_t a_m = p.trans_a ? 1 : lda, a_k = p.trans_a ? lda : 1;
-    const int64_t b_bytes = p.b_kind == kHalf ? 2 : 4;
+    const int64_t b_bytes = kind_bytes(p.b_kind);
     uint32_t bad = 0;
     for (int64_t n0 = 0; n0 < N; n0 += block) {
         const int64_t width = std::min(block, N - n0);

@@ -50,13 +50,18 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(tmp_path, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    path = tmp_path / f"t{threads}.npz"
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(_CASES), str(path)], env=env,
-                          capture_output=True, text=True, timeout=120)
+def _last_json_line(code, *args, **env):
+    """The JSON of the last line `code` prints, run with `args` in a fresh interpreter with `env` added."""
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=dict(os.environ, **env), capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return np.load(path), json.loads(proc.stdout.splitlines()[-1])
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _run(tmp_path, threads):
+    path = tmp_path / f"t{threads}.npz"
+    threads_used = _last_json_line(_SCRIPT, json.dumps(_CASES), str(path), OMP_NUM_THREADS=str(threads))
+    return np.load(path), threads_used
 
 
 def test_a_product_cut_over_two_threads_gives_the_one_thread_bits(tmp_path):
@@ -70,13 +75,11 @@ def test_a_product_cut_over_two_threads_gives_the_one_thread_bits(tmp_path):
         np.testing.assert_array_equal(two[name], one[name], err_msg=name)
 
 
-def test_with_sleeping_workers_products_are_not_cut(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="2", OMP_WAIT_POLICY="PASSIVE")
-    code = ("import mstrain; from mstrain.kernels import thin_gemm; "
-            "print(thin_gemm.product_threads(32, 128, 784, True), thin_gemm.product_threads(128, 784, 32, False))")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["1", "1"]
+def test_with_sleeping_workers_products_are_not_cut():
+    code = ("import json, mstrain; from mstrain.kernels import thin_gemm; "
+            "print(json.dumps([thin_gemm.product_threads(32, 128, 784, True), "
+            "thin_gemm.product_threads(128, 784, 32, False)]))")
+    assert _last_json_line(code, OMP_NUM_THREADS="2", OMP_WAIT_POLICY="PASSIVE") == [1, 1]
 
 
 def test_small_products_stay_on_one_thread():
@@ -84,67 +87,58 @@ def test_small_products_stay_on_one_thread():
     assert thin_gemm.product_threads(32, 64, 784, True) == 1   # 1.6M, under 2^21
 
 
-_PLACEMENT = textwrap.dedent("""
+# restricted to two CPUs before OpenMP starts; one_cpu_masks(): the threads placed on a single CPU
+_TWO_CPUS = textwrap.dedent("""
     import json, os
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+
+    def one_cpu_masks():
+        masks = [sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")]
+        return sorted(m for m in masks if len(m) == 1)
+""")
+
+_PLACEMENT = _TWO_CPUS + textwrap.dedent("""
     import mstrain
     import numpy as np
     from mstrain.kernels import thin_gemm
     x, w = np.ones((32, 784), np.float32), np.ones((128, 784), np.float32)
     out = np.empty((32, 128), np.float32)
     thin_gemm._native().thin_gemm_into(x, w.T, out, thin_gemm.product_params(x, w.T, out), 0, True)
-    masks = {}
-    for task in os.listdir("/proc/self/task"):
-        masks[int(task)] = sorted(os.sched_getaffinity(int(task)))
-    print(json.dumps([sorted(os.sched_getaffinity(0)), masks[os.getpid()], sorted(m for m in masks.values() if len(m) == 1)]))
+    print(json.dumps([sorted(os.sched_getaffinity(0)), one_cpu_masks()]))
 """)
 
-
-@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs Linux and two CPUs")
-def test_the_worker_of_a_cut_product_runs_on_a_core_of_its_own_and_the_caller_stays_free():
-    env = dict(os.environ, OMP_NUM_THREADS="2")
-    proc = subprocess.run([sys.executable, "-c", _PLACEMENT], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    process_set, caller, pinned = json.loads(proc.stdout.splitlines()[-1])
-    assert caller == process_set and len(process_set) == 2
-    assert pinned == [[process_set[-1]]]  # one worker, on the last CPU of the set
-
-
-
-_EAGER_THEN_SUNK = textwrap.dedent("""
-    import json, os
-    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+_EAGER_THEN_SUNK = _TWO_CPUS + textwrap.dedent("""
     import mstrain as ms
     import numpy as np
     from mstrain import nn, ops
     from mstrain.train.sink import GraphSinkRunner
-
-    def pinned():
-        return sum(len(os.sched_getaffinity(int(t))) == 1 for t in os.listdir("/proc/self/task"))
-
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 32, 784)).astype(np.float32)
     y = rng.integers(0, 10, (4, 32))
     w = ms.Tensor(rng.standard_normal((784, 128)).astype(np.float32))
     for _ in range(3):  # eager products of W6's first layer
         ops.matmul(ms.Tensor(x[0]), w)
-    after_eager = pinned()
+    after_eager = len(one_cpu_masks())
     net = nn.SequentialCell([nn.Dense(784, 128), nn.ReLU(), nn.Dense(128, 10)])
     cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
                                nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9))
     GraphSinkRunner(cell).run([(x[s], y[s]) for s in range(4)])
-    print(json.dumps([after_eager, pinned()]))
+    print(json.dumps([after_eager, len(one_cpu_masks())]))
 """)
 
+_needs_two_cpus = pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+                                     reason="needs Linux and two CPUs")
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs Linux and two CPUs")
+
+@_needs_two_cpus
+def test_the_worker_of_a_cut_product_runs_on_a_core_of_its_own_and_the_caller_stays_free():
+    process_set, pinned = _last_json_line(_PLACEMENT, OMP_NUM_THREADS="2")
+    assert len(process_set) == 2  # the calling thread kept the process's two CPUs
+    assert pinned == [[process_set[-1]]]  # one worker, on the last CPU of the set
+
+
+@_needs_two_cpus
 def test_eager_products_stay_on_one_thread_and_a_loop_sunk_step_cuts_them():
     """The worker is placed the first time a cut product runs (see above): none after eager products,
     one after a loop-sunk W6 step."""
-    env = dict(os.environ, OMP_NUM_THREADS="2")
-    proc = subprocess.run([sys.executable, "-c", _EAGER_THEN_SUNK], env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.splitlines()[-1]) == [0, 1]
+    assert _last_json_line(_EAGER_THEN_SUNK, OMP_NUM_THREADS="2") == [0, 1]
