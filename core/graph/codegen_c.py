@@ -30,6 +30,7 @@ _PARALLEL_MIN = 1 << 18
 # core's half from there, 13 -> 63 us a step; split, each thread updates about the half in its cache.
 _PARALLEL_WORK = 1 << 18
 _BLOCK = 1 << 13  # elements of a flat loop's blocks (a multiple of every vector width)
+_SPLIT_ALIGN = 256  # a thread's range of a flat loop starts at a multiple of this (every vector width, _HALF_CHUNK)
 _COLUMN_BLOCK = 128  # columns of a leading-axes reduction per thread task (whole cache lines of output)
 
 PRELUDE = r"""#include <cmath>
@@ -37,6 +38,12 @@ PRELUDE = r"""#include <cmath>
 #include <cstring>
 #include <algorithm>
 #include <limits>
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static inline int omp_get_num_threads() { return 1; }
+static inline int omp_get_thread_num() { return 0; }
+#endif
 #if defined(__GLIBC__) && defined(__x86_64__) && !defined(MS_NO_MVEC)
 /* Vector variants from glibc's libmvec, so loops calling these functions vectorise. */
 extern "C" {

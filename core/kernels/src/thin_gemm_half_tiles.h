@@ -90,6 +90,77 @@ inline uint32_t rows_half(int64_t M, int64_t N, int64_t K, const float* a, int64
     return rows<float, StoreHalf>(M, N, K, a, a_m, a_k, b, ldb, c, ldc);
 }
 
+// The B vector at `src` (stored as `kind`) at float16 precision: float16 widened, float32 rounded.
+template <int Kind>
+inline HalfOps::V widened(const void* src, int64_t offset) {
+    if constexpr (Kind == kHalf) return HalfOps::widen(static_cast<const uint16_t*>(src) + offset);
+    else return HalfOps::round(HalfOps::load(static_cast<const float*>(src) + offset));
+}
+
+// dots_tile (thin_gemm_tiles.h) for the first rows of A over NR rows of B that are widened as they are
+// read: each B vector is converted in registers, multiplied as dots_tile multiplies it and stored into
+// b32 (rows ldb apart), where the block's other row tiles read it. The same instructions on the same
+// values, so the same sums; the conversions run beside the multiply-adds instead of in a pass of their
+// own before them (W6's forward product at O2 rounds 50k weight values per thread a step).
+template <int MR, int NR, int Kind>
+void dots_tile_widening(int64_t K, const float* a, int64_t lda, const void* src, int64_t src_ld, float* b32,
+                        int64_t ldb, float* c, int64_t ldc) {
+    typedef Ops<float> O;
+    const int64_t bytes = kind_bytes(Kind);
+    typename O::V acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) acc[i][j] = O::zero();
+    int64_t k = 0;
+    for (; k + O::W <= K; k += O::W) {
+        typename O::V bv[NR];
+        for (int j = 0; j < NR; ++j) {
+            bv[j] = widened<Kind>(src, j * src_ld + k);
+            O::store(b32 + j * ldb + k, bv[j]);
+        }
+        for (int i = 0; i < MR; ++i) {
+            const typename O::V av = O::load(a + i * lda + k);
+            for (int j = 0; j < NR; ++j) acc[i][j] = O::fmadd(av, bv[j], acc[i][j]);
+        }
+    }
+    if (k < K) {
+        const int rest = int(K - k);
+        typename O::V bv[NR];
+        for (int j = 0; j < NR; ++j) {
+            widen(static_cast<const char*>(src) + (j * src_ld + k) * bytes, Kind, b32 + j * ldb + k, rest);
+            bv[j] = O::load_first(b32 + j * ldb + k, rest);
+        }
+        for (int i = 0; i < MR; ++i) {
+            const typename O::V av = O::load_first(a + i * lda + k, rest);
+            for (int j = 0; j < NR; ++j) acc[i][j] = O::fmadd(av, bv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) c[i * ldc + j] = O::sum(acc[i][j]);
+}
+
+// dots(M, width, K, a, lda, B, K, c, ldc) with B the `width` rows of K values at src (`kind`, rows
+// src_ld apart) widened into b32 (width x K) by the first row tile of each group of kDotColumns rows
+// (dots_tile_widening); the rows left over, or all of them when A has fewer rows than a tile, are
+// widened first and multiplied by dots.
+template <int Kind>
+void dots_widening(int64_t M, int64_t width, int64_t K, const float* a, int64_t lda, const void* src, int64_t src_ld,
+                   float* b32, float* c, int64_t ldc) {
+    const int64_t bytes = kind_bytes(Kind);
+    int64_t n = 0;
+    if (M >= kDotRows) {
+        for (; n + kDotColumns <= width; n += kDotColumns) {
+            const void* rows_src = static_cast<const char*>(src) + n * src_ld * bytes;
+            dots_tile_widening<kDotRows, kDotColumns, Kind>(K, a, lda, rows_src, src_ld, b32 + n * K, K, c + n, ldc);
+            dots_rows<float, kDotRows, kDotColumns>(M - kDotRows, K, a + kDotRows * lda, lda, b32 + n * K, K,
+                                                    c + kDotRows * ldc + n, ldc);
+        }
+    }
+    if (n < width) {
+        widen_rows(static_cast<const char*>(src) + n * src_ld * bytes, Kind, width - n, K, src_ld, b32 + n * K);
+        dots<float>(M, width - n, K, a, lda, b32 + n * K, K, c + n, ldc);
+    }
+}
+
 // C (M x N, ldc) = A @ B as the float32 thin_gemm tiles compute it on the widened operands (the same
 // instructions in the same order: the same bits as widening both into float32 arrays, `gemm<float>`
 // and rounding its result), with no widened copy of the long operand: B is widened a block of rows
@@ -151,14 +222,16 @@ inline uint32_t gemm_half(const HalfProduct& p, std::vector<float>& scratch) {
         const char* b_block = static_cast<const char*>(p.b) + (p.trans_b ? n0 * p.ldb : n0) * b_bytes;
         const float* b = reinterpret_cast<const float*>(b_block);
         int64_t ldb = p.ldb;
+        if (wide_b && p.trans_b) {  // widened as the tiles read it
+            float* c_block = half_out ? c32 + n0 : static_cast<float*>(p.c) + n0;
+            const int64_t ldc_block = half_out ? N : p.ldc;
+            if (p.b_kind == kHalf) dots_widening<kHalf>(M, width, K, a, lda, b_block, p.ldb, b32, c_block, ldc_block);
+            else dots_widening<kRound>(M, width, K, a, lda, b_block, p.ldb, b32, c_block, ldc_block);
+            continue;
+        }
         if (wide_b) {
-            if (p.trans_b) {
-                widen_rows(b_block, p.b_kind, width, K, p.ldb, b32);
-                ldb = K;
-            } else {
-                widen_rows(b_block, p.b_kind, K, width, p.ldb, b32);
-                ldb = width;
-            }
+            widen_rows(b_block, p.b_kind, K, width, p.ldb, b32);
+            ldb = width;
             b = b32;
         }
         if (p.trans_b) {

@@ -17,7 +17,8 @@ _CASES = [(32, 128, 784, False, True), (7, 45, 301, False, True), (33, 70, 17, F
           (128, 784, 32, True, False), (61, 203, 9, True, False), (32, 400, 120, False, False),
           (5, 13, 64, False, False), (130, 7, 3, False, False), (16, 1000, 40, True, False),
           (600, 16, 40, False, False), (1300, 7, 64, False, False),  # A widened a chunk of rows at a time
-          (64, 16, 2708, True, False), (40, 7, 1500, True, False)]   # (transposed: of columns)
+          (64, 16, 2708, True, False), (40, 7, 1500, True, False),   # (transposed: of columns)
+          (3, 50, 100, False, True)]  # fewer rows of x than a tile: B widened first, not by the tiles
 _KINDS = {"half": thin_gemm.HALF, "round": thin_gemm.ROUND, "exact": thin_gemm.EXACT}
 
 
