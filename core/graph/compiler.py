@@ -14,7 +14,7 @@ import re
 
 from ..context_state import get_context
 from .passes import (algebraic_simplification, common_subexpression_elimination, constant_folding,
-                     dead_code_elimination)
+                     dead_code_elimination, move_elementwise_to_readers)
 
 PASSES = [
     ("dce", dead_code_elimination),                 # drop what no output or side effect needs
@@ -49,6 +49,7 @@ def _kernel_passes():
         ("dce", dead_code_elimination),             # the float16 casts and values nothing reads any more
         ("half_feed", round_inputs_on_feed),        # a batch only widened for products: rounded as it is fed
         ("bn_relu", fuse_batch_norm_relu),          # BN -> (add ->) ReLU: one call writing the ReLU's output
+        ("late", move_elementwise_to_readers),      # an elementwise value computed next to its one reader
         ("fuse", fuse_kernels),                     # elementwise / row-reduction groups -> one C++ kernel each
         ("dce", dead_code_elimination),
         ("epilogue", fuse_gemm_epilogues),          # a product and the elementwise kernel reading it: one node

@@ -231,3 +231,53 @@ def common_subexpression_elimination(graph):
             return None
         return existing
     return rewrite(graph, rule)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling elementwise values next to their reader
+# ---------------------------------------------------------------------------------------------
+
+def move_elementwise_to_readers(graph):
+    """A pure elementwise value with one reader, computed before an in-place write that its reader
+    follows, is computed just before the reader instead (and so are the values only it reads).
+    Kernel fusion groups nothing across a write (mstrain.graph.fusion), so at O2 the unscaling of
+    each small float16 gradient (a cast and a multiply, traced before the loss scale's update) ran
+    as a kernel of its own beside the optimizer update that reads it. A value that reads a resident
+    written in between stays where it is: moved, it would read the new version."""
+    nodes = graph.nodes
+    users = graph.users()
+    outputs = {id(o) for o in graph.outputs}
+    effects = [k for k, n in enumerate(nodes) if n.is_effect]
+    writes = {}
+    for k in effects:
+        for target in nodes[k].mutated():
+            writes.setdefault(id(target), []).append(k)
+    pos = {id(n): k for k, n in enumerate(nodes)}
+    runs_at = {}      # id(moved node) -> position of the unmoved node it now runs before
+    moved_before = {}  # position of an unmoved node -> the moved nodes run just before it, in order
+
+    def between(lo, hi, positions):
+        return any(lo < p < hi for p in positions)
+
+    for k in range(len(nodes) - 1, -1, -1):
+        node = nodes[k]
+        readers = users[id(node)]
+        if node.op != "call" or not node.is_pure or node.prim.kind != "elementwise" or len(readers) != 1 or \
+                id(node) in outputs:
+            continue
+        reader = readers[0]
+        target = runs_at.get(id(reader), pos[id(reader)])
+        if not between(k, target, effects) or \
+                any(i.op == "resident" and between(k, target, writes.get(id(i), ())) for i in node.inputs):
+            continue
+        queue = moved_before.setdefault(target, [])
+        queue.insert(queue.index(reader) if reader in queue else len(queue), node)
+        runs_at[id(node)] = target
+    if not runs_at:
+        return graph
+    order = []
+    for k, node in enumerate(nodes):
+        order.extend(moved_before.get(k, ()))
+        if id(node) not in runs_at:
+            order.append(node)
+    return Graph(graph.name, order, graph.inputs, graph.outputs, graph.effects)

@@ -173,7 +173,7 @@ def test_one_overflowing_weight_gradient_skips_every_parameters_update(sink, hid
 def test_unscaled_gradients_recomputed_in_their_readers_change_no_bit(monkeypatch):
     """The O2 step compiled with the unscaled float16 gradients recomputed in the overflow check
     and in the update (no float32 copy written) trains exactly as the step that writes them."""
-    from mstrain.graph import half
+    from mstrain.graph import compiler, half
 
     rng = np.random.default_rng(3)
     batches = [(rng.standard_normal((8, 96), dtype=np.float32), rng.integers(0, 4, 8).astype(np.int32))
@@ -191,8 +191,41 @@ def test_unscaled_gradients_recomputed_in_their_readers_change_no_bit(monkeypatc
 
     losses, state, planned = train()
     monkeypatch.setattr(half, "recompute_widened_halves", lambda graph: graph)
+    # (an unscaled gradient left with one reader would be computed in that reader's kernel anyway)
+    monkeypatch.setattr(compiler, "move_elementwise_to_readers", lambda graph: graph)
     written_losses, written_state, written_planned = train()
     assert planned < written_planned  # the unscaled float32 gradients have no buffers
     np.testing.assert_array_equal(losses, written_losses)
     for name, value in written_state.items():
+        np.testing.assert_array_equal(state[name], value, err_msg=name)
+
+
+def test_small_unscaled_gradients_are_computed_in_their_updates(monkeypatch):
+    """The unscaling of a small float16 gradient (a cast and a multiply, traced before the loss
+    scale's update writes) runs inside the optimizer update that reads it, not as a kernel of its
+    own between two writes; the step trains to the same bits as with the kernels apart."""
+    from mstrain.graph import compiler
+
+    def train():
+        model = _model()
+        runner = GraphSinkRunner(model.train_network)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            losses = runner.run(_batches(20))
+        graph = runner.compiled_calls()[0].executable.graph
+        kernels = [n.value for n in graph.nodes if n.op == "fused"]
+        only_unscaling = [g for g in kernels if sorted(m.prim.name for m in g.members) == ["cast", "mul"] and
+                          g.shape != ()]
+        return losses, parameters(model.train_network), len(kernels), only_unscaling
+
+    losses, state, kernels, only_unscaling = train()
+    monkeypatch.setattr(compiler, "move_elementwise_to_readers", lambda graph: graph)
+    apart_losses, apart_state, apart_kernels, apart_unscaling = train()
+    assert not only_unscaling
+    # the biases' (the weights' unscaled gradients also feed the overflow check's row kernels,
+    # which compute them once for both readers)
+    assert len(apart_unscaling) == 2
+    assert kernels == apart_kernels - 2
+    np.testing.assert_array_equal(losses, apart_losses)
+    for name, value in apart_state.items():
         np.testing.assert_array_equal(state[name], value, err_msg=name)
