@@ -237,13 +237,21 @@ def common_subexpression_elimination(graph):
 # Scheduling elementwise values next to their reader
 # ---------------------------------------------------------------------------------------------
 
+def _residents_viewed(node):
+    """The residents whose memory `node` may be: itself, or what a chain of views reads."""
+    while node.op == "call" and (node.prim.kind == "view" or node.prim.name == "identity") and node.inputs:
+        node = node.inputs[0]
+    return [node] if node.op == "resident" else []
+
+
 def move_elementwise_to_readers(graph):
     """A pure elementwise value with one reader, computed before an in-place write that its reader
     follows, is computed just before the reader instead (and so are the values only it reads).
     Kernel fusion groups nothing across a write (mstrain.graph.fusion), so at O2 the unscaling of
     each small float16 gradient (a cast and a multiply, traced before the loss scale's update) ran
     as a kernel of its own beside the optimizer update that reads it. A value that reads a resident
-    written in between stays where it is: moved, it would read the new version."""
+    written in between, directly or through views (a transposed weight is a view of it), stays
+    where it is: moved, it would read the new version."""
     nodes = graph.nodes
     users = graph.users()
     outputs = {id(o) for o in graph.outputs}
@@ -268,7 +276,7 @@ def move_elementwise_to_readers(graph):
         reader = readers[0]
         target = runs_at.get(id(reader), pos[id(reader)])
         if not between(k, target, effects) or \
-                any(i.op == "resident" and between(k, target, writes.get(id(i), ())) for i in node.inputs):
+                any(between(k, target, writes.get(id(r), ())) for i in node.inputs for r in _residents_viewed(i)):
             continue
         queue = moved_before.setdefault(target, [])
         queue.insert(queue.index(reader) if reader in queue else len(queue), node)

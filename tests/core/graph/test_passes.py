@@ -5,7 +5,7 @@ import mstrain as ms
 from mstrain import ops
 from mstrain.graph import Executable, Tracer, tracing
 from mstrain.graph.passes import (algebraic_simplification, common_subexpression_elimination, constant_folding,
-                               dead_code_elimination)
+                               dead_code_elimination, move_elementwise_to_readers)
 
 
 def _trace(fn, *arrays):
@@ -134,3 +134,47 @@ def test_cse_does_not_merge_random_draws():
     from mstrain.ops import functional as F
     graph = _trace(lambda a: F.dropout(a, 0.5) + F.dropout(a, 0.5), X)
     assert common_subexpression_elimination(graph).count(prim="bernoulli_mask") == 2
+
+
+def _position(graph, prim):
+    return next(k for k, n in enumerate(graph.nodes) if n.op == "call" and n.prim.name == prim)
+
+
+def test_an_elementwise_value_moves_past_a_write_to_its_one_reader():
+    from mstrain.graph.expand_optim import assign
+    w = ms.Parameter(np.ones((3, 4), np.float32), name="w")
+    counter = ms.Parameter(np.zeros((3, 4), np.float32), name="counter")
+
+    def f(a):
+        scaled = ops.exp(a) * 0.5                             # read only after the write below
+        ops.primitive.apply(assign, counter, counter + 1.0)
+        ops.primitive.apply(assign, w, w - scaled)
+        return ops.exp(a)
+    graph = _trace(f, X)
+    moved = move_elementwise_to_readers(graph)
+    assert _position(graph, "mul") < _position(graph, "assign")
+    assert _position(moved, "assign") < _position(moved, "mul") < _position(moved, "sub")
+    w.set_data(np.ones((3, 4), np.float32))
+    Executable(moved).run([X])
+    np.testing.assert_allclose(w.asnumpy(), 1.0 - np.exp(X) * 0.5, rtol=1e-6)
+
+
+def test_a_value_reading_state_written_before_its_reader_stays_in_place():
+    """Moved past the write, the value would read the new version of w, itself or through a view."""
+    from mstrain.graph.expand_optim import assign
+    for shape, view in (((3, 4), lambda t: t), ((4, 3), lambda t: ops.transpose(t, (1, 0)))):
+        w = ms.Parameter(np.ones(shape, np.float32), name="w")
+        out = ms.Parameter(np.zeros((3, 4), np.float32), name="out")
+
+        def f(a):
+            old = view(w) * 2.0                               # of the weight before the write
+            ops.primitive.apply(assign, w, w + 1.0)
+            ops.primitive.apply(assign, out, old + a)
+            return a
+        graph = _trace(f, X)
+        moved = move_elementwise_to_readers(graph)
+        assert [n.op for n in moved.nodes] == [n.op for n in graph.nodes]
+        assert _position(moved, "mul") < _position(moved, "assign")
+        w.set_data(np.ones(shape, np.float32))
+        Executable(moved).run([X])
+        np.testing.assert_array_equal(out.asnumpy(), 2.0 + X)
