@@ -186,7 +186,9 @@ class KernelSource:
         cls = self.inner[k]
         if in_loop and self.spans is not None and self.spans[k] == "tile":
             return f"tb{k}[jj]"  # the row repeated over the span (see _span_loop)
-        if not in_loop or cls == 0:
+        if cls == 0:
+            return load_value(node.dtype, f"c{k}")  # read once, before the loops (see _pointers)
+        if not in_loop:
             index = "0"
         elif cls == 1 and _is_half(node.dtype):
             return f"hb{k}[jj]"  # converted a chunk at a time (see _loop)
@@ -397,6 +399,12 @@ class KernelSource:
         for k, x in enumerate(self.group.pointer_inputs):
             t = storage_type(x.dtype)
             lines.append(f"const {t}* a{k} = static_cast<const {t}*>(p[{k}]){offsets(k)};")
+            if self.inner[k] == 0:
+                # a value the whole loop reads (a learning rate, a loss scale, the all-finite flag)
+                # in a local: read through its pointer, the compiler must assume each store of the
+                # loop may change it, so it reloaded it every vector and could not take a select on
+                # it out of the loop
+                lines.append(f"const {t} c{k} = a{k}[0]; (void)c{k};")
             if self.inner[k] == 2:
                 lines.append(f"const int64_t s{k} = st[{k * len(self.sizes) + len(self.sizes) - 1}];")
         base, d = len(self.group.pointer_inputs), len(self.sizes)
