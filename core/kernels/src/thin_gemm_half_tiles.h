@@ -97,50 +97,31 @@ inline HalfOps::V widened(const void* src, int64_t offset) {
     else return HalfOps::round(HalfOps::load(static_cast<const float*>(src) + offset));
 }
 
-// dots_tile (thin_gemm_tiles.h) for the first rows of A over NR rows of B that are widened as they are
-// read: each B vector is converted in registers, multiplied as dots_tile multiplies it and stored into
-// b32 (rows ldb apart), where the block's other row tiles read it. The same instructions on the same
-// values, so the same sums; the conversions run beside the multiply-adds instead of in a pass of their
-// own before them (W6's forward product at O2 rounds 50k weight values per thread a step).
-template <int MR, int NR, int Kind>
-void dots_tile_widening(int64_t K, const float* a, int64_t lda, const void* src, int64_t src_ld, float* b32,
-                        int64_t ldb, float* c, int64_t ldc) {
-    typedef Ops<float> O;
-    const int64_t bytes = kind_bytes(Kind);
-    typename O::V acc[MR][NR];
-    for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) acc[i][j] = O::zero();
-    int64_t k = 0;
-    for (; k + O::W <= K; k += O::W) {
-        typename O::V bv[NR];
-        for (int j = 0; j < NR; ++j) {
-            bv[j] = widened<Kind>(src, j * src_ld + k);
-            O::store(b32 + j * ldb + k, bv[j]);
-        }
-        for (int i = 0; i < MR; ++i) {
-            const typename O::V av = O::load(a + i * lda + k);
-            for (int j = 0; j < NR; ++j) acc[i][j] = O::fmadd(av, bv[j], acc[i][j]);
-        }
+// B's rows for dots_tile_of (thin_gemm_tiles.h), widened as the tile reads them: each vector is
+// converted in registers from its stored kind, stored into b32 (rows ldb apart) for the block's other
+// row tiles, and multiplied as the stored rows' would be: the same values, so the same sums, with the
+// conversions beside the first tile's multiply-adds instead of in a pass of their own before them (W6's
+// forward product at O2 rounds 50k weight values per thread a step).
+template <int Kind>
+struct WideningRows {
+    const void* src;
+    int64_t src_ld;
+    float* b32;
+    int64_t ldb;
+    HalfOps::V full(int j, int64_t k) const {
+        const HalfOps::V v = widened<Kind>(src, j * src_ld + k);
+        HalfOps::store(b32 + j * ldb + k, v);
+        return v;
     }
-    if (k < K) {
-        const int rest = int(K - k);
-        typename O::V bv[NR];
-        for (int j = 0; j < NR; ++j) {
-            widen(static_cast<const char*>(src) + (j * src_ld + k) * bytes, Kind, b32 + j * ldb + k, rest);
-            bv[j] = O::load_first(b32 + j * ldb + k, rest);
-        }
-        for (int i = 0; i < MR; ++i) {
-            const typename O::V av = O::load_first(a + i * lda + k, rest);
-            for (int j = 0; j < NR; ++j) acc[i][j] = O::fmadd(av, bv[j], acc[i][j]);
-        }
+    HalfOps::V first(int j, int64_t k, int rest) const {
+        widen(static_cast<const char*>(src) + (j * src_ld + k) * kind_bytes(Kind), Kind, b32 + j * ldb + k, rest);
+        return Ops<float>::load_first(b32 + j * ldb + k, rest);
     }
-    for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) c[i * ldc + j] = O::sum(acc[i][j]);
-}
+};
 
 // dots(M, width, K, a, lda, B, K, c, ldc) with B the `width` rows of K values at src (`kind`, rows
 // src_ld apart) widened into b32 (width x K) by the first row tile of each group of kDotColumns rows
-// (dots_tile_widening); the rows left over, or all of them when A has fewer rows than a tile, are
+// (WideningRows); the rows left over, or all of them when A has fewer rows than a tile, are
 // widened first and multiplied by dots.
 template <int Kind>
 void dots_widening(int64_t M, int64_t width, int64_t K, const float* a, int64_t lda, const void* src, int64_t src_ld,
@@ -150,7 +131,8 @@ void dots_widening(int64_t M, int64_t width, int64_t K, const float* a, int64_t 
     if (M >= kDotRows) {
         for (; n + kDotColumns <= width; n += kDotColumns) {
             const void* rows_src = static_cast<const char*>(src) + n * src_ld * bytes;
-            dots_tile_widening<kDotRows, kDotColumns, Kind>(K, a, lda, rows_src, src_ld, b32 + n * K, K, c + n, ldc);
+            dots_tile_of<float, kDotRows, kDotColumns>(K, a, lda, WideningRows<Kind>{rows_src, src_ld, b32 + n * K, K},
+                                                       c + n, ldc);
             dots_rows<float, kDotRows, kDotColumns>(M - kDotRows, K, a + kDotRows * lda, lda, b32 + n * K, K,
                                                     c + kDotRows * ldc + n, ldc);
         }

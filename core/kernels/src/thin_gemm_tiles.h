@@ -6,9 +6,18 @@
 // dots: C[m][n] = sum over k of A(m, k) * B(n, k), both read along k (A row-major, B = a transposed
 // weight, row-major). Each C element keeps its own vector of W partial sums (lane l sums k = l, l + W,
 // ...), added in k order and summed across lanes by one fixed tree at the end, so its value does not
-// depend on the tile it was computed in.
-template <typename T, int MR, int NR>
-void dots_tile(int64_t K, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+// depend on the tile it was computed in. `Rows` hands the tile B's vectors: StoredRows reads them as
+// they are stored; thin_gemm_half_tiles.h's WideningRows converts them as it reads them.
+template <typename T>
+struct StoredRows {
+    const T* b;
+    int64_t ldb;
+    typename Ops<T>::V full(int j, int64_t k) const { return Ops<T>::load(b + j * ldb + k); }
+    typename Ops<T>::V first(int j, int64_t k, int rest) const { return Ops<T>::load_first(b + j * ldb + k, rest); }
+};
+
+template <typename T, int MR, int NR, typename Rows>
+void dots_tile_of(int64_t K, const T* a, int64_t lda, const Rows& rows, T* c, int64_t ldc) {
     typedef Ops<T> O;
     typename O::V acc[MR][NR];
     for (int i = 0; i < MR; ++i)
@@ -16,7 +25,7 @@ void dots_tile(int64_t K, const T* a, int64_t lda, const T* b, int64_t ldb, T* c
     int64_t k = 0;
     for (; k + O::W <= K; k += O::W) {
         typename O::V bv[NR];
-        for (int j = 0; j < NR; ++j) bv[j] = O::load(b + j * ldb + k);
+        for (int j = 0; j < NR; ++j) bv[j] = rows.full(j, k);
         for (int i = 0; i < MR; ++i) {
             const typename O::V av = O::load(a + i * lda + k);
             for (int j = 0; j < NR; ++j) acc[i][j] = O::fmadd(av, bv[j], acc[i][j]);
@@ -25,7 +34,7 @@ void dots_tile(int64_t K, const T* a, int64_t lda, const T* b, int64_t ldb, T* c
     if (k < K) {
         const int rest = int(K - k);
         typename O::V bv[NR];
-        for (int j = 0; j < NR; ++j) bv[j] = O::load_first(b + j * ldb + k, rest);
+        for (int j = 0; j < NR; ++j) bv[j] = rows.first(j, k, rest);
         for (int i = 0; i < MR; ++i) {
             const typename O::V av = O::load_first(a + i * lda + k, rest);
             for (int j = 0; j < NR; ++j) acc[i][j] = O::fmadd(av, bv[j], acc[i][j]);
@@ -33,6 +42,11 @@ void dots_tile(int64_t K, const T* a, int64_t lda, const T* b, int64_t ldb, T* c
     }
     for (int i = 0; i < MR; ++i)
         for (int j = 0; j < NR; ++j) c[i * ldc + j] = O::sum(acc[i][j]);
+}
+
+template <typename T, int MR, int NR>
+void dots_tile(int64_t K, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+    dots_tile_of<T, MR, NR>(K, a, lda, StoredRows<T>{b, ldb}, c, ldc);
 }
 
 template <typename T, int MR, int NR>
