@@ -17,7 +17,8 @@ loss of step 100, with its difference from eager's. Also reported for the loop s
 the plan, kernels that call back into Python from the C loop (0: the loop never leaves C), and
 the tracemalloc peak of a whole steady-state call (an upper bound of the bytes a step allocates),
 and `kernel_us`: where a loop-sink step goes, each kernel of the plan with its median microseconds
-per step (timed in C; `gemm` marks numpy's BLAS calls).
+per step (timed in C; `gemm` marks numpy's BLAS calls), and `thread_probe`: whether the loop ended on one
+OpenMP thread or all, with its switches and the steps run on one (mstrain.graph.thread_probe).
 
 --peer also measures the floor in this process (benchmarks/_w6_floor.py): `numpy_step`, the step
 written by hand in numpy with in-place updates, and `gemm_floor`, its five matrix products alone,
@@ -143,6 +144,7 @@ def executable_stats(runner):
     program = entry.executable.native()
     stats = entry.executable.stats()
     stats["python_calls_in_loop"] = None if program is None else program.python_calls
+    stats["thread_probe"] = None if program is None else program.thread_probe()
     return stats
 
 

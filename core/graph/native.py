@@ -18,6 +18,7 @@ import numpy as np
 from . import build as _build
 from .codegen_c import _COLUMN_BLOCK, _PARALLEL_MIN
 from .native_blas import BLAS_SOURCE, SMALL_GEMM_WORK, numpy_blas_gemm, numpy_blas_thread_addresses
+from . import thread_probe
 
 # the row sum shares out generated reductions' column blocks above their size threshold
 _RUNTIME = f"#define MS_PARALLEL_MIN {_PARALLEL_MIN}\n#define MS_SUM_COLUMN_BLOCK {_COLUMN_BLOCK}\n" + r"""#include <algorithm>
@@ -29,7 +30,7 @@ _RUNTIME = f"#define MS_PARALLEL_MIN {_PARALLEL_MIN}\n#define MS_SUM_COLUMN_BLOC
 #include <sched.h>
 typedef void (*kernel_t)(void**, const int64_t*);
 struct Instr { kernel_t fn; void** p; const int64_t* n; };
-""" + BLAS_SOURCE + r"""
+""" + BLAS_SOURCE + thread_probe.SOURCE + r"""
 
 static void run_program(const Instr* prog, int64_t count) {
   for (int64_t i = 0; i < count; ++i) prog[i].fn(prog[i].p, prog[i].n);
@@ -63,19 +64,34 @@ static inline void feed_input(void* dst, const void* src, int64_t nbytes) {
   g_round_half(p, count);
 }
 
-/* steps x (copy the step's inputs in, run the program, read the loss); seconds[s] if asked */
+/* steps x (copy the step's inputs in, run the program, read the loss); seconds[s] if asked; with a
+   thread probe's state (thread_probe.py), each step on the OpenMP threads the probe picks */
 extern "C" void ms_loop(const Instr* prog, int64_t count, int64_t steps, int64_t n_inputs,
                         void* const* dst, const int64_t* nbytes, void* const* src,
-                        const void* loss, int64_t loss_is_double, double* losses, double* seconds) {
+                        const void* loss, int64_t loss_is_double, double* losses, double* seconds,
+                        double* probe) {
   enter_program();
+  const int threads = probe_max_threads();
+  if (threads < 2) probe = nullptr;
+  int64_t one_thread = 0;
   for (int64_t s = 0; s < steps; ++s) {
-    const double start = seconds ? now() : 0.0;
+    if (probe && ms_probe_setting(probe) != one_thread) {
+      one_thread = 1 - one_thread;
+      probe_set_threads(one_thread ? 1 : threads);
+    }
+    const double start = seconds || probe ? now() : 0.0;
     for (int64_t k = 0; k < n_inputs; ++k) feed_input(dst[k], src[s * n_inputs + k], nbytes[k]);
     run_program(prog, count);
     if (losses) losses[s] = loss_is_double ? *static_cast<const double*>(loss)
                                            : static_cast<double>(*static_cast<const float*>(loss));
-    if (seconds) seconds[s] = now() - start;
+    const double took = seconds || probe ? now() - start : 0.0;
+    if (seconds) seconds[s] = took;
+    if (probe) {
+      ms_probe_record(probe, took);
+      probe[PROBE_ONE_THREAD_STEPS] += static_cast<double>(one_thread);
+    }
   }
+  if (one_thread) probe_set_threads(threads);
   leave_program();
 }
 
@@ -172,7 +188,8 @@ extern "C" void ms_run_timed(const Instr* prog, int64_t count, double* kernel_se
   leave_program();
 }
 
-/* ms_loop with each instruction timed: kernel_seconds[i] accumulates instruction i over all steps */
+/* ms_loop with each instruction timed: kernel_seconds[i] accumulates instruction i over all steps
+   (on the threads the program was given: no probe) */
 extern "C" void ms_loop_timed(const Instr* prog, int64_t count, int64_t steps, int64_t n_inputs,
                               void* const* dst, const int64_t* nbytes, void* const* src,
                               const void* loss, int64_t loss_is_double, double* losses, double* seconds,
@@ -286,8 +303,11 @@ def runtime():
         library.ms_run.argtypes = [ctypes.c_void_p, ctypes.c_int64]
         library.ms_loop.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                    ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
-        library.ms_loop_timed.argtypes = library.ms_loop.argtypes + [ctypes.c_void_p]
+                                    ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        library.ms_loop_timed.argtypes = library.ms_loop.argtypes  # its last: kernel_seconds
+        library.ms_probe_setting.argtypes = [ctypes.c_void_p]
+        library.ms_probe_setting.restype = ctypes.c_int64
+        library.ms_probe_record.argtypes = [ctypes.c_void_p, ctypes.c_double]
         library.ms_run_timed.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
         library.ms_set_round_half.argtypes = [ctypes.c_void_p]
         blas = numpy_blas_gemm()
@@ -380,6 +400,11 @@ class NativeProgram:
         self._run = library.ms_run
         self._loop = library.ms_loop
         self._address = ctypes.addressof(self.instrs)
+        self._probe = thread_probe.state()  # one or all OpenMP threads, whichever is faster now
+
+    def thread_probe(self):
+        """The loop's thread probe ({field: value}, mstrain.graph.thread_probe), or None when off."""
+        return thread_probe.report(self._probe)
 
     def _instr(self, kernel):
         call = c_call(getattr(kernel, "native", None))
@@ -438,7 +463,7 @@ class NativeProgram:
         for kernel in self._hosted:
             kernel.before_native(steps)
         if kernel_seconds is None:
-            self._loop(*arguments)
+            self._loop(*arguments, None if self._probe is None else self._probe.ctypes.data)
         else:
             instr_seconds = np.zeros(max(1, self.count), np.float64)
             runtime().ms_loop_timed(*arguments, instr_seconds.ctypes.data)
