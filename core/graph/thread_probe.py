@@ -8,9 +8,10 @@ on two outside such phases). So the C step loop (`ms_loop` in mstrain.graph.nati
 `period` steps it runs `PROBE_STEPS` steps with the setting not in use, then as many with the one in
 use, and takes the other when it was faster by its median step in two probes in a row (each run's
 first step is left out: it moves the step's data between the cores' caches; one probe alone was
-sometimes misled by the first steps of a loop). A loop's first probe starts after its first
-period - 2 x PROBE_STEPS steps, not at once, for the same reason. Outside such
-phases the probe costs its few slower steps per period (W6: 6 steps of 500, about 0.6 %).
+sometimes misled by the first steps of a loop). After a first win the second probe follows at once,
+so a slow phase is left about 25 steps after a probe finds it. A loop's first probe starts after
+_FIRST_PROBE_AFTER steps. Outside such phases the probe costs its few slower steps per period (W6:
+6 steps of 500, about 0.6 %).
 
 MSTRAIN_THREAD_PROBE=N sets the period in steps (default 500); 0 turns the probe off. It is off in a
 multi-rank job (each rank's step waits on the others, so its time says little about its own threads)
@@ -29,6 +30,7 @@ _DEFAULT_PERIOD = 500
 _MARGIN = 0.05             # the other setting must be this much faster to be taken
 _FIELDS = ("period", "steps", "position", "one_thread", "one_thread_steps", "switches", "wins")
 _WINS_TO_SWITCH = 2        # probes in a row the other setting must win
+_FIRST_PROBE_AFTER = 100   # steps (at most a period): a loop's first steps warm caches and workers up
 _MAX_STEPS = 16
 
 # The probe in C, part of the step runner's source (mstrain.graph.native). State: a float64 array
@@ -61,10 +63,11 @@ extern "C" int64_t ms_probe_setting(const double* st) {
 }
 
 /* the step just run took `seconds`: kept while a probe measures; at its end the other setting wins
-   or not, and is taken after %(wins)d wins in a row */
+   or not, and is taken after %(wins)d wins in a row (after a win the next probe starts at once) */
 extern "C" void ms_probe_record(double* st, double seconds) {
   const int64_t steps = static_cast<int64_t>(st[PROBE_STEPS]);
   const int64_t position = static_cast<int64_t>(st[PROBE_POSITION]);
+  int64_t next = (position + 1) %% static_cast<int64_t>(st[PROBE_PERIOD]);
   if (position < 2 * steps) st[PROBE_TIMES + position] = seconds;
   if (position == 2 * steps - 1) {
     const bool won = probe_median(st + PROBE_TIMES, steps) <
@@ -74,9 +77,11 @@ extern "C" void ms_probe_record(double* st, double seconds) {
       st[PROBE_ONE_THREAD] = 1.0 - st[PROBE_ONE_THREAD];
       st[PROBE_SWITCHES] += 1.0;
       st[PROBE_WINS] = 0.0;
+    } else if (won) {
+      next = 0;
     }
   }
-  st[PROBE_POSITION] = static_cast<double>((position + 1) %% static_cast<int64_t>(st[PROBE_PERIOD]));
+  st[PROBE_POSITION] = static_cast<double>(next);
 }
 """ % {"max_steps": _MAX_STEPS, "margin": _MARGIN, "wins": _WINS_TO_SWITCH}
 
@@ -101,7 +106,7 @@ def state():
     if steps == 0 or world_size() > 1:
         return None
     st = np.zeros(len(_FIELDS) + 2 * _MAX_STEPS, np.float64)
-    st[0], st[1], st[2] = steps, PROBE_STEPS, 2 * PROBE_STEPS  # the first probe after one period
+    st[0], st[1], st[2] = steps, PROBE_STEPS, max(2 * PROBE_STEPS, steps - _FIRST_PROBE_AFTER)
     return st
 
 

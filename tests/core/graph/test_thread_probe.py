@@ -14,19 +14,25 @@ from mstrain.train.sink import GraphSinkRunner
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
 PERIOD = 20
+PROBE = thread_probe.PROBE_STEPS
 ALL, ONE = 0, 1
 
 
-def _drive(state, seconds_of):
-    """One period of steps through the C probe: seconds_of(setting) is each step's time; returns the
-    settings the steps ran with."""
+def _steps(state, count, seconds_of):
+    """`count` steps through the C probe: seconds_of(setting, position) is a step's time (position:
+    the step's place in the probe's period); returns the settings the steps ran with."""
     library = native.runtime()
     settings = []
-    for _ in range(PERIOD):
+    for _ in range(count):
+        position = int(state[2])
         setting = library.ms_probe_setting(state.ctypes.data)
         settings.append(setting)
-        library.ms_probe_record(state.ctypes.data, seconds_of(setting, len(settings) - 1))
+        library.ms_probe_record(state.ctypes.data, seconds_of(setting, position))
     return settings
+
+
+def _report(state):
+    return thread_probe.report(state)
 
 
 @pytest.fixture
@@ -37,54 +43,58 @@ def state(monkeypatch):
 
 
 def test_probes_measure_the_other_setting_then_the_one_in_use_once_a_period(state):
-    probe = thread_probe.PROBE_STEPS
-    pattern = [ALL] * (PERIOD - 2 * probe) + [ONE] * probe + [ALL] * probe
-    assert _drive(state, lambda setting, step: 1.0) == pattern
-    assert _drive(state, lambda setting, step: 1.0) == pattern
-    assert thread_probe.report(state)["one_thread_steps"] == 0  # the C loop counts those, not the probe
+    pattern = [ALL] * (PERIOD - 2 * PROBE) + [ONE] * PROBE + [ALL] * PROBE
+    assert _steps(state, 2 * PERIOD, lambda setting, position: 1.0) == pattern * 2
+    assert _report(state)["switches"] == 0
 
 
 def test_a_faster_other_setting_is_taken_after_two_probes_in_a_row(state):
-    one_thread_faster = lambda setting, step: 1.0 if setting == ONE else 1.6  # noqa: E731
-    _drive(state, one_thread_faster)
-    assert thread_probe.report(state)["one_thread"] == 0 and thread_probe.report(state)["wins"] == 1
-    _drive(state, one_thread_faster)
-    report = thread_probe.report(state)
-    assert report["one_thread"] == 1 and report["switches"] == 1
-    # now on one thread, the probe measures all threads: faster again, taken back after two wins
-    all_faster = lambda setting, step: 1.0 if setting == ALL else 1.5  # noqa: E731
-    probe, start = thread_probe.PROBE_STEPS, PERIOD - 2 * thread_probe.PROBE_STEPS
-    assert _drive(state, all_faster)[start - 1:] == [ONE] + [ALL] * probe + [ONE] * probe
-    _drive(state, all_faster)
-    assert thread_probe.report(state)["one_thread"] == 0 and thread_probe.report(state)["switches"] == 2
+    one_thread_faster = lambda setting, position: 1.0 if setting == ONE else 1.6  # noqa: E731
+    before = PERIOD - 2 * PROBE
+    # the first probe wins, the second follows at once and wins: one thread from then on
+    settings = _steps(state, before + 4 * PROBE + 3, one_thread_faster)
+    assert settings == [ALL] * before + ([ONE] * PROBE + [ALL] * PROBE) * 2 + [ONE] * 3
+    assert _report(state)["one_thread"] == 1 and _report(state)["switches"] == 1
+    # on one thread, the next probe (a period after the last began) measures all threads: faster
+    # again, they are taken back the same way
+    all_faster = lambda setting, position: 1.0 if setting == ALL else 1.5  # noqa: E731
+    settings = _steps(state, PERIOD - 2 * PROBE - 3 + 4 * PROBE + 1, all_faster)
+    assert settings == [ONE] * (PERIOD - 2 * PROBE - 3) + ([ALL] * PROBE + [ONE] * PROBE) * 2 + [ALL]
+    assert _report(state)["one_thread"] == 0 and _report(state)["switches"] == 2
 
 
 def test_a_slower_or_barely_faster_other_setting_is_not_taken(state):
     for one_thread_time in (1.5, 0.97):  # slower; faster by less than the margin
-        for _ in range(4):
-            _drive(state, lambda setting, step: one_thread_time if setting == ONE else 1.0)
-        assert thread_probe.report(state)["switches"] == 0
+        _steps(state, 4 * PERIOD, lambda setting, position: one_thread_time if setting == ONE else 1.0)
+        assert _report(state)["switches"] == 0
 
 
 def test_a_win_must_repeat_in_the_next_probe(state):
-    times = iter([True, False, True, False])
-    for _ in range(4):
-        faster = next(times)
-        _drive(state, lambda setting, step: (0.5 if faster else 2.0) if setting == ONE else 1.0)
-    assert thread_probe.report(state)["switches"] == 0
+    """The other setting wins one probe and loses the one that follows: nothing changes."""
+    probes = []
+
+    def alternating(setting, position):
+        if position == 0 and setting == ONE:
+            probes.append(len(probes) % 2 == 0)  # wins, loses, wins, loses
+        return (0.5 if probes[-1] else 2.0) if setting == ONE else 1.0
+    _steps(state, 4 * PERIOD, alternating)
+    assert len(probes) >= 4 and _report(state)["switches"] == 0
 
 
 def test_the_first_step_of_a_run_is_left_out_of_its_median(state):
     """A run's first step moves the step's data between caches: its time does not count. Here the
     other setting's first three steps are slow: counted, they would make its median slow."""
-    probe = thread_probe.PROBE_STEPS
-    start = PERIOD - 2 * probe  # the step of a period at which the probe's first run starts
+    def first_steps_slow(setting, position):
+        return 20.0 if position < 3 else (0.5 if setting == ONE else 1.0)
+    _steps(state, 2 * PERIOD, first_steps_slow)
+    assert _report(state)["switches"] == 1
 
-    def first_steps_slow(setting, step):
-        return 20.0 if start <= step < start + 3 else (0.5 if setting == ONE else 1.0)
-    for _ in range(2):
-        _drive(state, first_steps_slow)
-    assert thread_probe.report(state)["switches"] == 1
+
+def test_a_long_period_probes_first_after_a_warm_up(monkeypatch):
+    monkeypatch.delenv("PMI_SIZE", raising=False)
+    monkeypatch.setenv("MSTRAIN_THREAD_PROBE", "500")
+    settings = _steps(thread_probe.state(), 120, lambda setting, position: 1.0)
+    assert settings.index(ONE) == 100
 
 
 def test_the_probe_is_off_when_asked_and_in_a_multi_rank_job(monkeypatch):
