@@ -354,9 +354,9 @@ def cast(x, dtype):
     if _dtype.is_bfloat16(dtype):
         return _dtype.to_bfloat16(x)
     x = np.asarray(x)
-    if x.dtype != dtype and x.size >= 16384 and x.dtype.kind == "f" and x.dtype.itemsize <= 4:
-        from ..kernels.half import astype  # float16 <-> float32 in C (numpy's astype is a scalar loop)
-        return astype(x, dtype)
+    if x.dtype != dtype and x.dtype.kind == "f" and x.dtype.itemsize <= 4:
+        from ..kernels.half import astype  # float16 <-> float32 in C from a few thousand values (numpy's
+        return astype(x, dtype)            # astype is a scalar loop)
     return x.astype(dtype, copy=False)
 
 

@@ -40,3 +40,18 @@ def test_astype_gives_numpys_bits_and_dtype_for_every_size_and_layout():
         back = astype(got, np.float32)
         np.testing.assert_array_equal(back, want.astype(np.float32))
     assert astype(wide, np.float64).dtype == np.float64 and astype(wide, np.float32) is not wide
+
+
+def test_conversions_from_several_threads_at_once_keep_their_own_arguments():
+    """The C call's argument arrays are per thread: threads converting different arrays at once each
+    get their own values."""
+    from concurrent.futures import ThreadPoolExecutor
+    rng = np.random.default_rng(5)
+    arrays = [(rng.standard_normal(5000 + 97 * k) * (k + 1)).astype(np.float32) for k in range(16)]
+
+    def convert(x):
+        return [to_float16(x) for _ in range(50)][-1]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(convert, arrays))
+    for x, got in zip(arrays, results):
+        np.testing.assert_array_equal(got.view(np.uint16), x.astype(np.float16).view(np.uint16))

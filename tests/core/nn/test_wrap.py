@@ -135,3 +135,34 @@ def test_stand_alone_grad_reducer_is_identity():
     _, train = _train_cell(nn.SGD, learning_rate=0.1)
     grads = (Tensor(np.ones(2, np.float32)),)
     assert train.grad_reducer(grads) is grads
+
+
+def test_run_op_by_op_a_loss_scaled_step_takes_the_host_decision_with_the_branch_free_numbers(monkeypatch):
+    """In PyNative the cell skips through the host step (a few numpy sums instead of some 40 ops of
+    flags and selects); it trains to the same bits as the branch-free step that graphs compile,
+    overflowed steps (a scale of 2^24 at float16) and scale changes included."""
+    x, y = _blobs(16)
+
+    def run(branch_free):
+        ms.set_seed(0)
+        net, plain = _train_cell(nn.Momentum, learning_rate=0.05, momentum=0.9)
+        net.to_float(ms.float16)
+        manager = ms.DynamicLossScaleManager(init_loss_scale=2.0 ** 24, scale_factor=2, scale_window=3)
+        train = nn.TrainOneStepWithLossScaleCell(plain.network, plain.optimizer, manager.get_update_cell())
+        step = train._traced_step if branch_free else train
+        history = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(12):
+                loss, overflow, scale = step((x, y)) if branch_free else step(x, y)
+                history.append((float(loss.asnumpy()), bool(overflow.asnumpy()), float(scale.asnumpy())))
+        return history, {name: p.asnumpy().copy() for name, p in train.parameters_dict().items()}
+
+    branch_free, branch_free_state = run(True)
+    monkeypatch.setattr(nn.TrainOneStepWithLossScaleCell, "_traced_step",
+                        lambda self, inputs: pytest.fail("the branch-free step ran op by op"))
+    host, host_state = run(False)
+    assert any(overflow for _, overflow, _ in host) and not all(overflow for _, overflow, _ in host)
+    assert host == branch_free
+    for name, value in branch_free_state.items():
+        np.testing.assert_array_equal(host_state[name], value, err_msg=name)
