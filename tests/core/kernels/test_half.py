@@ -55,3 +55,28 @@ def test_conversions_from_several_threads_at_once_keep_their_own_arguments():
         results = list(pool.map(convert, arrays))
     for x, got in zip(arrays, results):
         np.testing.assert_array_equal(got.view(np.uint16), x.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("disabled", ["0", "1"])
+def test_float16_sums_over_leading_axes_give_numpys_bits(monkeypatch, disabled):
+    """The eager sum of a float16 array over its leading axes (a bias gradient) runs in C from a few
+    thousand values: numpy's row-by-row float16 additions, the same bits, overflow to inf included."""
+    import mstrain as ms
+    from mstrain import ops
+    from mstrain.kernels.half import sum_leading
+    monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", disabled)
+    rng = np.random.default_rng(7)
+    overflowed = False
+    for shape, axis in [((32, 128), 0), ((64, 300), (0,)), ((8, 40, 33), (0, 1)), ((4, 6, 200), 0),
+                        ((512, 10), 0), ((3, 5), 0)]:
+        x = (rng.standard_normal(shape) * 3000).astype(np.float16)  # large: some running sums overflow
+        lead = 1 if isinstance(axis, int) else len(axis)
+        with np.errstate(over="ignore"):
+            want = np.sum(x, axis=tuple(range(lead)))
+            got = sum_leading(x, lead)
+            eager = ops.sum(ms.Tensor(x), axis).asnumpy()
+        assert got.dtype == np.float16 and got.shape == want.shape
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+        np.testing.assert_array_equal(eager.view(np.uint16), want.view(np.uint16))
+        overflowed |= bool(np.isinf(want).any())
+    assert overflowed
