@@ -1,10 +1,13 @@
-"""The general-purpose graph passes: dead code, constant folding, algebraic simplification, CSE.
+"""The general-purpose graph passes: dead code, constant folding, algebraic simplification, CSE,
+and moving an elementwise value next to its one reader.
 
 Each pass is a function graph -> graph. All but dead-code elimination are one `rewrite` with a
 rule: the rule sees a node whose inputs are already rewritten and returns a replacement or None.
 Side effects are respected: calls that update state in place are never removed, folded or
 merged, and pure calls are not merged across such an update (they could read the state).
 """
+import bisect
+
 import numpy as np
 
 from ..ops import creation as _creation  # noqa: F401  (defines fill_like, which a rule below names)
@@ -264,8 +267,9 @@ def move_elementwise_to_readers(graph):
     runs_at = {}      # id(moved node) -> position of the unmoved node it now runs before
     moved_before = {}  # position of an unmoved node -> the moved nodes run just before it, in order
 
-    def between(lo, hi, positions):
-        return any(lo < p < hi for p in positions)
+    def between(lo, hi, positions):  # positions: ascending
+        index = bisect.bisect_right(positions, lo)
+        return index < len(positions) and positions[index] < hi
 
     for k in range(len(nodes) - 1, -1, -1):
         node = nodes[k]
