@@ -19,8 +19,9 @@ integer code (exact round-to-nearest-even, numpy's), so float16 loops vectorise 
 """
 import numpy as np
 
-from .codegen_c import (PRELUDE, _BLOCK, _FLOAT_LITERAL, _HALF_CHUNK, _SPLIT_ALIGN, _ROW_SPAN, _SHORT_ROW, _STASH_MAX, _is_half,
-                        compute_type, literal, load_value, parallel_min, round_value, storage_type, store_value)
+from .codegen_c import (PRELUDE, _BLOCK, _FLOAT_LITERAL, _HALF_CHUNK, _ROW_SPAN, _SHORT_ROW, _SPLIT_ALIGN, _STASH_MAX,
+                        _is_half, compute_type, literal, load_value, parallel_min, round_value, storage_type,
+                        store_value)
 from .codegen_reduce import row_tasks_kernel
 
 
@@ -440,7 +441,8 @@ class KernelSource:
                   "      const int64_t T = omp_get_num_threads(), t = omp_get_thread_num();",
                   f"      const int64_t lo = N * t / T / {align} * {align};",
                   f"      const int64_t hi = t + 1 == T ? N : N * (t + 1) / T / {align} * {align};",
-                  f"      for (int64_t b0 = lo; b0 < hi; b0 += {_BLOCK}) ms_block(b0, std::min<int64_t>({_BLOCK}, hi - b0), p, n);",
+                  f"      for (int64_t b0 = lo; b0 < hi; b0 += {_BLOCK})",
+                  f"        ms_block(b0, std::min<int64_t>({_BLOCK}, hi - b0), p, n);",
                   "    }",
                   "  } else {", f"    for (int64_t b = 0; b < blocks; ++b) ms_block(b * {_BLOCK}, {chunk}, p, n);",
                   "  }", "}"]
