@@ -45,11 +45,6 @@ def _first_int(names):
     return None
 
 
-def world_size():
-    """The ranks of the MPI job this process is one of, from its launcher's environment (1 outside one)."""
-    return _first_int(_WORLD_SIZE_VARS) or 1
-
-
 def _openblas_loaded():
     """Is an OpenBLAS library already mapped into this process (Linux; False where unknown)?"""
     try:

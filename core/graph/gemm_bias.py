@@ -50,7 +50,7 @@ def _entries():
 
 
 def _call(entry, arrays, params):
-    native.run_c_step(native.c_step(entry, [a.ctypes.data for a in arrays], params))
+    native.call_c(entry, [a.ctypes.data for a in arrays], params)
 
 
 def _forms_agree(entries, dtype, m, n, k, seed):

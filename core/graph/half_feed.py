@@ -65,7 +65,7 @@ def feed_rounded(buffer, value):
     if functions is None or value.dtype != np.float32 or not value.flags.c_contiguous or value.shape != buffer.shape:
         np.copyto(buffer, np.asarray(value, np.float32).astype(np.float16), casting="unsafe")
         return
-    native.run_c_step(native.c_step(functions.float_round_half, [value.ctypes.data, buffer.ctypes.data], [value.size]))
+    native.call_c(functions.float_round_half, [value.ctypes.data, buffer.ctypes.data], [value.size])
 
 
 def round_half_address():

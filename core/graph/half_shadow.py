@@ -50,8 +50,7 @@ class HalfShadow:
         if functions is None or not source.flags.c_contiguous:
             np.copyto(self._data, source.astype(np.float16), casting="unsafe")
             return
-        native.run_c_step(native.c_step(functions.float_round_half, [source.ctypes.data, self._data.ctypes.data],
-                                        [source.size]))
+        native.call_c(functions.float_round_half, [source.ctypes.data, self._data.ctypes.data], [source.size])
 
 
 def is_half_exact(node):

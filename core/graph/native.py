@@ -11,6 +11,7 @@ products run on one thread; large ones may leave the cores other processes hold,
 the count numpy had is restored when the program returns.
 """
 import ctypes
+import threading
 import warnings
 
 import numpy as np
@@ -282,6 +283,29 @@ def run_c_step(step):
     entry, pointers, values = step
     function = KERNEL(entry) if isinstance(entry, int) else entry
     function(ctypes.addressof(pointers), ctypes.addressof(values))
+
+
+_CALL_SLOTS = 32  # pointers and values a `call_c` passes without building arrays (a gemm takes 17 values)
+_call_arguments = threading.local()  # per thread: call_c's argument arrays, made once
+_functions_at = {}  # entry address -> its ctypes function
+
+
+def call_c(entry, addresses, params):
+    """Call a C entry `void f(void** p, const int64_t* n)` once, now: run_c_step(c_step(...)) without
+    building its argument arrays, which cost most of a small call (a float16 conversion of 4096 values:
+    9.5 -> 5.5 us); each thread reuses its own. `entry`: a ctypes function or an address."""
+    if len(addresses) > _CALL_SLOTS or len(params) > _CALL_SLOTS:
+        return run_c_step(c_step(entry, addresses, params))
+    arrays = getattr(_call_arguments, "arrays", None)
+    if arrays is None:
+        pointers, values = (ctypes.c_void_p * _CALL_SLOTS)(), (ctypes.c_int64 * _CALL_SLOTS)()
+        arrays = _call_arguments.arrays = (pointers, values, ctypes.addressof(pointers), ctypes.addressof(values))
+    pointers, values, pointers_at, values_at = arrays
+    pointers[:len(addresses)] = addresses
+    values[:len(params)] = params
+    if isinstance(entry, int):
+        entry = _functions_at.get(entry) or _functions_at.setdefault(entry, KERNEL(entry))
+    entry(pointers_at, values_at)
 
 
 def _thin_gemm_entry():

@@ -22,13 +22,14 @@ import os
 
 import numpy as np
 
-from .._threads import world_size
 from ..errors import ConfigError
+from ..log import world_size
 
 PROBE_STEPS = 6            # steps of each measured run (the first left out of its median)
 _DEFAULT_PERIOD = 500
 _MARGIN = 0.05             # the other setting must be this much faster to be taken
 _FIELDS = ("period", "steps", "position", "one_thread", "one_thread_steps", "switches", "wins")
+_AT = {name: k for k, name in enumerate(_FIELDS)}  # the C enum PROBE_<NAME> is generated from _FIELDS
 _WINS_TO_SWITCH = 2        # probes in a row the other setting must win
 _FIRST_PROBE_AFTER = 100   # steps (at most a period): a loop's first steps warm caches and workers up
 _MAX_STEPS = 16
@@ -44,8 +45,7 @@ static void probe_set_threads(int n) { omp_set_num_threads(n); }
 static int probe_max_threads() { return 1; }
 static void probe_set_threads(int) {}
 #endif
-enum { PROBE_PERIOD, PROBE_STEPS, PROBE_POSITION, PROBE_ONE_THREAD, PROBE_ONE_THREAD_STEPS, PROBE_SWITCHES,
-       PROBE_WINS, PROBE_TIMES };
+enum { %(fields)s, PROBE_TIMES };
 
 /* the median of t[1..n) (t[0], the run's first step, moves data between caches) */
 static double probe_median(const double* t, int64_t n) {
@@ -83,7 +83,8 @@ extern "C" void ms_probe_record(double* st, double seconds) {
   }
   st[PROBE_POSITION] = static_cast<double>(next);
 }
-""" % {"max_steps": _MAX_STEPS, "margin": _MARGIN, "wins": _WINS_TO_SWITCH}
+""" % {"max_steps": _MAX_STEPS, "margin": _MARGIN, "wins": _WINS_TO_SWITCH,
+       "fields": ", ".join("PROBE_" + name.upper() for name in _FIELDS)}
 
 
 def period():
@@ -106,7 +107,8 @@ def state():
     if steps == 0 or world_size() > 1:
         return None
     st = np.zeros(len(_FIELDS) + 2 * _MAX_STEPS, np.float64)
-    st[0], st[1], st[2] = steps, PROBE_STEPS, max(2 * PROBE_STEPS, steps - _FIRST_PROBE_AFTER)
+    st[_AT["period"]], st[_AT["steps"]] = steps, PROBE_STEPS
+    st[_AT["position"]] = max(2 * PROBE_STEPS, steps - _FIRST_PROBE_AFTER)
     return st
 
 

@@ -11,38 +11,28 @@ the same bits. The conversion code is the generated kernels' own (mstrain.graph.
 >>> to_float16(np.array([1.0, 65520.0, 1e-8], np.float32)).tolist()
 [1.0, inf, 0.0]
 """
-import ctypes
-import threading
-
 import numpy as np
 
-__all__ = ["to_float32", "to_float16", "astype", "sum_leading"]
+__all__ = ["to_float32", "to_float16", "astype", "sum_float16"]
 
 # Below this numpy's loop is as fast as the C call (5 us with its arguments; numpy converts 4096
 # float16 values in 6 us, float32 ones in 10.5)
 NATIVE_MIN_SIZE = 4096
 _HALF, _FLOAT = np.dtype(np.float16), np.dtype(np.float32)
-_functions = []      # the compiled converters (mstrain.graph.half), looked up once
-_arguments = threading.local()  # per thread: the C call's pointer and count arrays, made once
+_compiled = []  # (the compiled converters of mstrain.graph.half or None, mstrain.graph.native.call_c), once
 
 
 def _converters():
-    if not _functions:
+    if not _compiled:
         from ..graph.half import converters
-        _functions.append(converters())
-    return _functions[0]
+        from ..graph.native import call_c
+        _compiled.append((converters(), call_c))
+    return _compiled[0][0]
 
 
-def _call(function, x, out, *counts):
-    """function(x, out, counts or x.size) through the kernel ABI `void f(void** p, const int64_t* n)`."""
-    arguments = getattr(_arguments, "arrays", None)
-    if arguments is None:
-        pointers, values = (ctypes.c_void_p * 2)(), (ctypes.c_int64 * 2)()
-        arguments = _arguments.arrays = (pointers, values, ctypes.addressof(pointers), ctypes.addressof(values))
-    pointers, values, pointers_at, values_at = arguments
-    pointers[0], pointers[1] = x.__array_interface__["data"][0], out.__array_interface__["data"][0]
-    values[0], values[1] = counts if counts else (x.size, 0)
-    function(pointers_at, values_at)
+def _call(function, x, out, params):
+    """function(x, out, params) through the kernel ABI of the compiled converters."""
+    _compiled[0][1](function, [x.ctypes.data, out.ctypes.data], params)
 
 
 def _convert(x, dtype, which, out):
@@ -57,7 +47,7 @@ def _convert(x, dtype, which, out):
     if not out.flags.c_contiguous:
         out[...] = _convert(x, dtype, which, None)
         return out
-    _call(getattr(functions, which), x, out)
+    _call(getattr(functions, which), x, out, [x.size])
     return out
 
 
@@ -78,16 +68,18 @@ def to_float16(x, out=None):
     return _convert(_check(x, np.float32, "to_float16"), np.float16, "float_to_half", out)
 
 
-def sum_leading(x, lead):
-    """np.sum(x, axis=tuple(range(lead))) of a C-contiguous float16 array, the same bits (numpy adds
-    the rows one by one in float16) in C from NATIVE_MIN_SIZE values; the compiled steps run the same
-    C function. Other arrays: numpy's sum."""
+def sum_float16(x, axes):
+    """np.sum(x, axis=axes) of a float16 array, the same bits; over the leading axes of a C-contiguous
+    array of NATIVE_MIN_SIZE values or more (a bias gradient) numpy's row-by-row float16 additions run
+    in C, as in the compiled steps."""
     from . import kernels_disabled
-    if type(x) is not np.ndarray or x.dtype != _HALF or x.size < NATIVE_MIN_SIZE or not 0 < lead < x.ndim or \
-            not x.flags.c_contiguous or kernels_disabled() or _converters() is None:
-        return np.sum(x, axis=tuple(range(lead)))
+    leading = (axes,) if isinstance(axes, (int, np.integer)) else axes
+    lead = len(leading) if leading is not None and tuple(leading) == tuple(range(len(leading))) else 0
+    if not 0 < lead < x.ndim or x.size < NATIVE_MIN_SIZE or not x.flags.c_contiguous or kernels_disabled() or \
+            _converters() is None:
+        return np.sum(x, axis=axes)
     out = np.empty(x.shape[lead:], _HALF)
-    _call(_converters().half_sum_rows, x, out, x.size // out.size, out.size)
+    _call(_converters().half_sum_rows, x, out, [x.size // out.size, out.size])
     return out
 
 

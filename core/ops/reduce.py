@@ -39,11 +39,9 @@ def sum(x, axis=None, keepdims=False):  # noqa: A001
 @defop("sum", kind="reduce", cpp="sum", attrs=("axis", "keepdims"))
 def _sum(x, axis=None, keepdims=False):
     axes = _numpy_axes(axis, np.ndim(x))
-    lead = (1 if axes == 0 else 0) if isinstance(axes, (int, np.integer)) else \
-        len(axes) if isinstance(axes, tuple) and axes == tuple(range(len(axes))) else 0
-    if lead and not keepdims and getattr(x, "dtype", None) == np.float16:
-        from ..kernels.half import sum_leading  # numpy's float16 loop over leading axes (a bias gradient), in C
-        return sum_leading(x, lead)
+    if type(x) is np.ndarray and x.dtype == np.float16 and not keepdims:
+        from ..kernels.half import sum_float16  # numpy's float16 loop over leading axes (a bias gradient) in C
+        return sum_float16(x, axes)
     return np.sum(x, axis=axes, keepdims=keepdims)
 
 

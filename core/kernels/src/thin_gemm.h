@@ -175,6 +175,18 @@ Cut product_cut(bool trans_b, int64_t M, int64_t N, int64_t K, int bits) {
     return Cut{false, N, bits == 512 ? avx512::kRowVectors * avx512::Ops<T>::W : avx2::kRowVectors * avx2::Ops<T>::W};
 }
 
+// Where the part of C = A @ B that computes C's range starting at `lo` of `cut` starts in each array, in
+// elements (A(m, k) at a[m * lda + k], or a[k * lda + m] when trans_a; B likewise; C row-major).
+struct PartOffsets {
+    int64_t a, b, c;
+};
+
+inline PartOffsets part_offsets(const Cut& cut, int64_t lo, bool trans_a, int64_t lda, bool trans_b, int64_t ldb,
+                                int64_t ldc) {
+    if (cut.rows) return PartOffsets{lo * (trans_a ? 1 : lda), 0, lo * ldc};
+    return PartOffsets{0, trans_b ? lo * ldb : lo, lo};
+}
+
 // The threads the product runs on (product_threads over the cut's ranges of whole tiles).
 inline int cut_threads(const Cut& cut, int64_t M, int64_t N, int64_t K) {
     return product_threads(double(M) * double(N) * double(K), (cut.extent + cut.align - 1) / cut.align);
@@ -217,9 +229,10 @@ bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* 
     const Cut ranges = product_cut<T>(trans_b, M, N, K, bits);
     over_ranges(ranges, cut ? cut_threads(ranges, M, N, K) : 1, [&](int64_t lo, int64_t hi) -> uint32_t {
         const int64_t rows = ranges.rows ? hi - lo : M, cols = ranges.rows ? N : hi - lo;
-        const T* a_part = ranges.rows ? a + lo * a_m : a;
-        const T* b_part = ranges.rows ? b : b + (trans_b ? lo * ldb : lo);
-        T* c_part = ranges.rows ? c + lo * ldc : c + lo;
+        const PartOffsets at = part_offsets(ranges, lo, trans_a, lda, trans_b, ldb, ldc);
+        const T* a_part = a + at.a;
+        const T* b_part = b + at.b;
+        T* c_part = c + at.c;
         if (trans_b) {
             if (bits == 512) avx512::dots<T>(rows, cols, K, a_part, lda, b_part, ldb, c_part, ldc);
             else avx2::dots<T>(rows, cols, K, a_part, lda, b_part, ldb, c_part, ldc);

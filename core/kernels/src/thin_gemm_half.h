@@ -106,16 +106,12 @@ inline int gemm_half(const HalfProduct& p, int bits = 0, bool cut = false) {
     const int64_t a_bytes = kind_bytes(p.a_kind), b_bytes = kind_bytes(p.b_kind), c_bytes = kind_bytes(p.c_kind);
     const uint32_t bad = over_ranges(ranges, cut ? cut_threads(ranges, p.M, p.N, p.K) : 1, [&](int64_t lo, int64_t hi) -> uint32_t {
         thread_local std::vector<float> scratch;  // grows to the largest product's blocks, then stays
+        const PartOffsets at = part_offsets(ranges, lo, p.trans_a, p.lda, p.trans_b, p.ldb, p.ldc);
         HalfProduct part = p;
-        if (ranges.rows) {
-            part.M = hi - lo;
-            part.a = static_cast<const char*>(p.a) + lo * (p.trans_a ? 1 : p.lda) * a_bytes;
-            part.c = static_cast<char*>(p.c) + lo * p.ldc * c_bytes;
-        } else {
-            part.N = hi - lo;
-            part.b = static_cast<const char*>(p.b) + (p.trans_b ? lo * p.ldb : lo) * b_bytes;
-            part.c = static_cast<char*>(p.c) + lo * c_bytes;
-        }
+        (ranges.rows ? part.M : part.N) = hi - lo;
+        part.a = static_cast<const char*>(p.a) + at.a * a_bytes;
+        part.b = static_cast<const char*>(p.b) + at.b * b_bytes;
+        part.c = static_cast<char*>(p.c) + at.c * c_bytes;
         return bits == 512 ? avx512::gemm_half(part, scratch) : avx2::gemm_half(part, scratch);
     });
     return bad ? 1 : 0;

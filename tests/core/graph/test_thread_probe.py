@@ -24,7 +24,7 @@ def _steps(state, count, seconds_of):
     library = native.runtime()
     settings = []
     for _ in range(count):
-        position = int(state[2])
+        position = thread_probe.report(state)["position"]
         setting = library.ms_probe_setting(state.ctypes.data)
         settings.append(setting)
         library.ms_probe_record(state.ctypes.data, seconds_of(setting, position))
