@@ -4,6 +4,7 @@ import numpy as np
 from ._axes import normalize_axis, resolve_broadcast_shape
 from .primitive import defop
 from .. import dtype as _dtype
+from ..kernels.half import NATIVE_MIN_SIZE as _C_CONVERSION_MIN, astype as _c_astype
 from ..tensor import Tensor
 
 __all__ = [
@@ -354,9 +355,8 @@ def cast(x, dtype):
     if _dtype.is_bfloat16(dtype):
         return _dtype.to_bfloat16(x)
     x = np.asarray(x)
-    if x.dtype != dtype and x.dtype.kind == "f" and x.dtype.itemsize <= 4:
-        from ..kernels.half import astype  # float16 <-> float32 in C from a few thousand values (numpy's
-        return astype(x, dtype)            # astype is a scalar loop)
+    if x.dtype != dtype and x.size >= _C_CONVERSION_MIN and x.dtype.kind == "f" and x.dtype.itemsize <= 4:
+        return _c_astype(x, dtype)  # float16 <-> float32 in C (numpy's astype is a scalar loop)
     return x.astype(dtype, copy=False)
 
 
