@@ -80,3 +80,33 @@ def test_float16_sums_over_leading_axes_give_numpys_bits(monkeypatch, disabled):
         np.testing.assert_array_equal(eager.view(np.uint16), want.view(np.uint16))
         overflowed |= bool(np.isinf(want).any())
     assert overflowed
+
+
+@pytest.mark.parametrize("bits", [0, 256])
+def test_the_extensions_conversion_is_numpys_on_both_instruction_sets(bits):
+    """half_convert (the float16 product's F16C conversions, which to_float32 / to_float16 and astype
+    call) against numpy: every float16 value widened, and float32 values of every scale rounded,
+    overflow to inf, subnormals, ties and nan included, with lengths that leave a masked tail."""
+    from mstrain.kernels import thin_gemm
+    module = thin_gemm._native_half()
+    if module is None:
+        pytest.skip("thin_gemm extension not built or no F16C")
+    halves = np.arange(65536, dtype=np.uint16).view(np.float16)
+    for n in (65536, 65536 - 7, 5):
+        wide = np.full(n, -1.0, np.float32)
+        module.half_convert(halves[:n], wide, bits)
+        np.testing.assert_array_equal(wide, halves[:n].astype(np.float32))
+    rng = np.random.default_rng(11)
+    ties = (np.arange(1, 2049, dtype=np.float32) + 0.5) * np.float32(2.0 ** -10)  # halfway between float16s
+    floats = np.concatenate([rng.standard_normal(20_000).astype(np.float32) * s for s in (1e-7, 1e-5, 1.0, 6e4)] +
+                            [ties, np.array([65504, 65519.99, 65520, -np.inf, np.nan, -0.0], np.float32)])
+    with np.errstate(over="ignore"):
+        want = floats.astype(np.float16)
+    for n in (floats.size, floats.size - 3):
+        got = np.zeros(n, np.float16)
+        module.half_convert(floats[:n], got, bits)
+        np.testing.assert_array_equal(got.view(np.uint16), want[:n].view(np.uint16))
+    with pytest.raises(TypeError, match="float16 -> float32 or float32 -> float16"):
+        module.half_convert(floats, np.zeros(floats.size, np.float64), bits)
+    with pytest.raises(ValueError, match="differ in size"):
+        module.half_convert(floats, np.zeros(3, np.float16), bits)
