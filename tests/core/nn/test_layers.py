@@ -66,6 +66,29 @@ def test_dense_matches_numpy_and_mindspore_layout():
     check_cell_grads(layer, [x])
 
 
+@pytest.mark.parametrize("bias_dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("shape", [(32, 784, 128), (5, 40, 10)])  # the float16 product kernel, and BLAS
+def test_float16_dense_adds_its_bias_as_numpys_float16_add(shape, bias_dtype):
+    """A float16 dense layer's bias add gives the bits of numpy's own float16 add (the sum of the
+    float16 product and the bias in float32, rounded once), with sums that overflow to inf."""
+    from mstrain.nn._primitives import dense
+    from mstrain.ops.math import numpy_matmul
+    batch, fan_in, fan_out = shape
+    rng = np.random.default_rng(fan_in)
+    x = rng.standard_normal((batch, fan_in)).astype(np.float16)
+    w = (rng.standard_normal((fan_out, fan_in)) * 0.05).astype(np.float16)
+    b = (rng.standard_normal(fan_out) * 3).astype(bias_dtype)
+    w[0] = 2.0                           # column 0: large products, and a bias at float16's top,
+    b[0] = 65500.0                       # overflow to inf for some rows
+    product = numpy_matmul(x, w.T)
+    with np.errstate(over="ignore"):
+        want = product.copy()
+        want += b                        # numpy's float16 add (the float32 loop for a float32 bias)
+        got = dense(ms.Tensor(x), ms.Tensor(w), ms.Tensor(b)).asnumpy()
+    assert got.dtype == np.float16 and np.isinf(want).any()
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
 def test_dense_batched_input_and_no_bias():
     layer = nn.Dense(4, 2, has_bias=False, dtype=ms.float64)
     assert layer.bias is None and [p.name for p in layer.trainable_params()] == ["weight"]
