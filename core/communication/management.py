@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..log import world_size
+
 WORLD_COMM_GROUP = "world"  # MindSpore's GlobalComm.WORLD_COMM_GROUP ('hccl_world_group' there)
 # How long an exiting rank waits for the others before aborting the job (env MSTRAIN_EXIT_WAIT).
 EXIT_WAIT_SECONDS = float(os.environ.get("MSTRAIN_EXIT_WAIT", "30"))
@@ -86,7 +88,7 @@ def _open_world():
     try:
         from mpi4py import MPI
     except ImportError:
-        declared = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
+        declared = world_size()
         if declared > 1:
             raise RuntimeError(f"launched as one of {declared} ranks but mpi4py is not installed; "
                                "install mpi4py (pip install mpi4py) to run in parallel") from None

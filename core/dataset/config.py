@@ -5,12 +5,13 @@ The seed every shuffle and random transform derives from is, in order of precede
 then a fixed default (so a run is repeatable and every rank draws the same global order, which
 data-parallel sharding needs). Iterators capture the seed when they are created.
 """
-import os
 
 __all__ = [
     "set_seed", "get_seed", "set_num_parallel_workers", "get_num_parallel_workers", "set_prefetch_size",
     "get_prefetch_size", "set_auto_shard", "get_auto_shard", "mpi_rank_and_size",
 ]
+
+from ..log import world_rank, world_size
 
 
 _DEFAULT_SEED = 5489  # fixed so that unseeded ranks still agree on the shuffled order
@@ -74,22 +75,10 @@ def get_auto_shard():
     return _settings["auto_shard"]
 
 
-_RANK_ENV = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
-             ("PMIX_RANK", "PMIX_SIZE"))
-
-
 def mpi_rank_and_size():
-    """(rank, size) from the launcher's environment (mpiexec of MPICH or OpenMPI), else (0, 1).
-
-    Read from environment variables so that importing the dataset module never starts MPI.
-    """
-    for rank_key, size_key in _RANK_ENV:
-        if rank_key in os.environ and size_key in os.environ:
-            try:
-                return int(os.environ[rank_key]), int(os.environ[size_key])
-            except ValueError:
-                continue
-    return 0, 1
+    """(rank, size) from the launcher's environment (mstrain.log: mpiexec of MPICH, Open MPI, PMIx),
+    else (0, 1): importing the dataset module never starts MPI."""
+    return world_rank(), world_size()
 
 
 def _positive_int(value, name):

@@ -23,6 +23,7 @@ import os
 import time
 
 from ..fileio import write_json_atomically
+from ..log import world_rank, world_size
 from ..ops.primitive import dispatch
 from . import phases
 from .pipeline import pipeline_report
@@ -42,10 +43,7 @@ def _rank_and_size():
     from ..communication import management
     if management.is_initialized():
         return management.get_rank(), management.get_group_size()
-    for rank_key, size_key in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")):
-        if rank_key in os.environ:
-            return int(os.environ[rank_key]), int(os.environ.get(size_key, "1"))
-    return 0, 1
+    return world_rank(), world_size()
 
 
 class Profiler:
