@@ -26,7 +26,7 @@ MSTRAIN_DISABLE_KERNELS=1, or for shapes outside the policy, np.matmul runs.
 import numpy as np
 
 from . import kernels_disabled, native_module
-from .blas_params import gemm_params
+from .blas_params import gemm_params, layout_params
 
 __all__ = ["may_take", "product_params", "matmul_into", "product_threads", "c_entry", "suited_shape", "half_suited_shape",
            "half_may_take", "half_product_params", "half_matmul_into", "half_c_entry"]
@@ -142,13 +142,6 @@ def c_entry():
 EXACT, ROUND, HALF = 0, 1, 2
 
 
-def _float32_twin(x):
-    """A float32 array with x's shape and element strides over a buffer of its own that is never
-    read: what `gemm_params` decides the float32 product of widened copies from."""
-    strides = tuple(s // x.itemsize * 4 for s in x.strides)
-    return np.lib.stride_tricks.as_strided(np.empty(1, np.float32), x.shape, strides, writeable=False)
-
-
 def _half_kind(x, exact):
     if x.dtype == np.float16:
         return HALF
@@ -181,7 +174,8 @@ def half_product_params(a, b, out, exact=(False, False)):
         return None
     if any(s % x.itemsize for x in arrays for s in x.strides):
         return None
-    params = gemm_params(*(_float32_twin(x) for x in arrays))
+    # the float32 product of widened copies: the same shapes, strides scaled to float32
+    params = layout_params(False, 4, *((x.shape, tuple(s // x.itemsize * 4 for s in x.strides)) for x in arrays))
     if params is None or not half_suited_shape(params[3], params[4], params[5], params[1], params[2]):
         return None
     kinds = [_half_kind(a, exact[0]), _half_kind(b, exact[1]), HALF if out.dtype == np.float16 else EXACT]

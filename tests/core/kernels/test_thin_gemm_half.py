@@ -111,6 +111,12 @@ def test_half_product_params_follow_the_float32_policy():
     small = np.empty((4, 4), np.float16)
     assert thin_gemm.half_product_params(np.ones((4, 8), np.float16), np.ones((8, 4), np.float16), small) is None
     assert thin_gemm.half_product_params(x16.astype(np.float64), w32.T, out) is None
+    # a row-padded float16 operand: the leading dimension in elements, as a float32 copy's would be
+    wide = np.ones((32, 800), np.float16)[:, :784]
+    padded = thin_gemm.half_product_params(wide, w32.T, out)
+    wide32 = np.ones((32, 800), np.float32)[:, :784]
+    assert padded[:8] == thin_gemm.gemm_params(wide32, w32.T, out.astype(np.float32))[1:9]
+    assert padded == params[:5] + [800] + params[6:]
 
 
 @pytest.mark.parametrize("flagged", [False, True])
