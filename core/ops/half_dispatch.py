@@ -62,7 +62,12 @@ def has_half(args):
 
 def _signature(prim, args, attrs):
     kinds = tuple(a.dtype.char if isinstance(a, (np.ndarray, np.generic)) else type(a) for a in args)
-    return prim, kinds, repr(attrs.get("dtype"))
+    dtype = attrs.get("dtype")
+    try:
+        hash(dtype)  # a numpy dtype, a scalar type, mstrain's names: the key itself (repr takes 5 us)
+    except TypeError:
+        dtype = repr(dtype)
+    return prim, kinds, dtype
 
 
 def _result_dtypes_of(prim, args, attrs):
