@@ -34,15 +34,9 @@ PEER_ENV = dict(os.environ)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import PEERS, REPO, WARMUP, emit, ratio, record, run_peer  # noqa: E402
+from _common import PEERS, REPO, WARMUP, blas_threads, emit, ratio, record, run_peer  # noqa: E402
 
 FIELDS, BUCKETS, DENSE, BATCH, POOL, ZIPF = 26, 100_000, 13, 1024, 32, 1.1
-
-
-def _blas_threads():
-    """The threads numpy's OpenBLAS runs a product on (1 when numpy's BLAS is another library)."""
-    from mstrain.graph.native_blas import numpy_blas_threads
-    return numpy_blas_threads()[1]()
 
 
 def synthetic_batches(seed, rows_per_field=BUCKETS, table_rows=None):
@@ -133,7 +127,7 @@ def main(argv=None):
     ours = record("W2", "widedeep", "sparse_rows", "train_samples_per_s", BATCH / seconds, "criteo_sample_auc",
                   _criteo_auc(), median_step_ms=round(seconds * 1e3, 3), batch=BATCH, table_rows=FIELDS * BUCKETS,
                   optimizer="LazyAdam tables (RowTensor gradients) + Adam dense", warmup_steps=WARMUP,
-                  timed_steps=timed, blas_threads=_blas_threads())
+                  timed_steps=timed, blas_threads=blas_threads())
     emit(ours)
     if args.scale:
         _emit_scale(args)
