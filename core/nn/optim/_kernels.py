@@ -23,6 +23,7 @@ import threading
 
 import numpy as np
 
+from ...kernels.optim import momentum_update
 from ...ops.primitive import defop
 
 
@@ -111,9 +112,7 @@ def apply_momentum(param, accum, grad, lr, enabled=None, momentum=0.9, use_neste
     if _skipped(enabled):
         return param
     g = _effective_grad(grad, param, weight_decay, grad_scale)
-    accum *= momentum
-    accum += g
-    _momentum_step(param, accum, g, float(lr), momentum, use_nesterov)
+    momentum_update(param, accum, g, float(lr), momentum, use_nesterov)  # one pass (numpy's four in C)
     return param
 
 
@@ -127,14 +126,14 @@ def apply_sgd(param, accum, grad, lr, step, enabled=None, momentum=0.0, dampenin
     g = _effective_grad(grad, param, weight_decay, grad_scale)
     if int(step) <= 1:
         np.copyto(accum, g)
+    elif not dampening:
+        momentum_update(param, accum, g, float(lr), momentum, nesterov)
+        return param
     else:
         accum *= momentum
-        if dampening:
-            damped = _scratch(param, 3)
-            np.multiply(g, 1.0 - dampening, out=damped)
-            accum += damped
-        else:
-            accum += g
+        damped = _scratch(param, 3)
+        np.multiply(g, 1.0 - dampening, out=damped)
+        accum += damped
     _momentum_step(param, accum, g, float(lr), momentum, nesterov)
     return param
 

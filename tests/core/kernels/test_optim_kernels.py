@@ -1,0 +1,62 @@
+"""mstrain.kernels.optim: the one-pass momentum update gives its numpy reference's bits."""
+import numpy as np
+import pytest
+
+from mstrain import kernels
+from mstrain.kernels.optim import momentum_update, reference_momentum_update
+
+needs_kernel = pytest.mark.skipif(not kernels.available("momentum_update"), reason="optim kernel not built")
+
+
+def _arrays(rng, shape, dtype):
+    param = rng.standard_normal(shape).astype(dtype)
+    accum = (rng.standard_normal(shape) * 0.1).astype(dtype)
+    grad = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 1e3], size=shape)).astype(dtype)
+    return param, accum, grad
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("shape", [(128, 784), (7,), (3, 5, 11)])
+def test_momentum_update_is_the_numpy_reference_bit_for_bit(dtype, nesterov, shape):
+    rng = np.random.default_rng(sum(shape))
+    param, accum, grad = _arrays(rng, shape, dtype)
+    want_param, want_accum = param.copy(), accum.copy()
+    for step in range(3):  # the state carries over
+        lr, momentum = 0.01 * (step + 1), 0.9
+        reference_momentum_update(want_param, want_accum, grad, lr, momentum, nesterov)
+        assert momentum_update(param, accum, grad, lr, momentum, nesterov) is param
+        np.testing.assert_array_equal(accum.view(np.uint8), want_accum.view(np.uint8))
+        np.testing.assert_array_equal(param.view(np.uint8), want_param.view(np.uint8))
+
+
+@needs_kernel
+def test_momentum_update_matches_the_formula_and_falls_back_for_other_layouts(monkeypatch):
+    rng = np.random.default_rng(1)
+    param, accum, grad = _arrays(rng, (40, 30), np.float64)
+    want_accum = accum * 0.5 + grad
+    want_param = param - 0.1 * want_accum
+    momentum_update(param, accum, grad, 0.1, 0.5)
+    np.testing.assert_allclose(accum, want_accum, rtol=1e-15)
+    np.testing.assert_allclose(param, want_param, rtol=1e-15)
+    # a transposed gradient, a float32 gradient for float64 state, the kernels turned off: numpy's path
+    for grad_in, disabled in ((grad.T.copy().T, "0"), (grad.astype(np.float32), "0"), (grad, "1")):
+        monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", disabled)
+        p, a = param.copy(), accum.copy()
+        wp, wa = param.copy(), accum.copy()
+        momentum_update(p, a, grad_in, 0.1, 0.5)
+        reference_momentum_update(wp, wa, grad_in, 0.1, 0.5)
+        np.testing.assert_array_equal(p, wp)
+        np.testing.assert_array_equal(a, wa)
+
+
+@needs_kernel
+def test_momentum_update_names_its_bad_inputs():
+    from mstrain.kernels.optim import _native
+    native = _native("momentum_update")
+    param = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="differ in size"):
+        native(param, np.zeros(4, np.float32), np.zeros(3, np.float32), 0.1, 0.9, False)
+    with pytest.raises(TypeError, match="accum has dtype float64"):
+        native(param, np.zeros(4, np.float64), np.zeros(4, np.float32), 0.1, 0.9, False)
