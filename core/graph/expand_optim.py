@@ -101,7 +101,7 @@ def _apply_sgd(b, node):
 
 
 def _moments(b, m, v, g, beta1, beta2):
-    """(new m, new v) as _update_moments computes them."""
+    """(new m, new v) as mstrain.kernels.optim.update_moments computes them."""
     square = b.call("square", g if g.dtype == v.dtype else b.call("cast", g, dtype=v.dtype))
     new_v = b.call("add", b.call("mul", v, beta2), b.call("mul", square, 1.0 - beta2))
     new_m = b.call("add", b.call("mul", m, beta1), b.call("mul", g, 1.0 - beta1))

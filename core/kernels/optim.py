@@ -1,18 +1,22 @@
 """Dense optimizer updates in one pass over the arrays, in place.
 
     momentum_update(param, accum, grad, lr, momentum, nesterov=False)
+    adam_update(param, m, v, grad, lr_t, beta1, beta2, eps, nesterov=False, scratch=None)
 
-accum = accum * momentum + grad; param -= lr * accum (Nesterov: lr * (accum * momentum + grad), with
-the new accum). Each operation is rounded to the arrays' dtype in numpy's order, so the results are
-`reference_momentum_update`'s bits. Runs the C++ kernel of `core/kernels/src/optim.cpp` when built
-(and not disabled by MSTRAIN_DISABLE_KERNELS) and the arrays are contiguous and of one float dtype,
-else the reference; the tests compare them.
+Momentum: accum = accum * momentum + grad; param -= lr * accum (Nesterov: lr * (accum * momentum +
+grad), with the new accum). Adam: v = b2 v + (1 - b2) g^2; m = b1 m + (1 - b1) g; param -= lr_t * m /
+(sqrt(v) + eps) (Nesterov's numerator b1 m + (1 - b1) g, with the new m; lr_t is the bias-corrected
+step size). Each operation is rounded to the arrays' dtype in numpy's order, so the results are the
+numpy references' bits (`reference_momentum_update`, `update_moments` + `adam_step`, which the other
+Adam variants use as they are). Runs the C++ kernels of `core/kernels/src/optim.cpp` when built (and
+not disabled by MSTRAIN_DISABLE_KERNELS) and the arrays are contiguous and of one float dtype, else
+the references; the tests compare them.
 """
 import numpy as np
 
 from . import _native
 
-__all__ = ["momentum_update", "reference_momentum_update"]
+__all__ = ["momentum_update", "reference_momentum_update", "adam_update", "update_moments", "adam_step"]
 
 
 def reference_momentum_update(param, accum, grad, lr, momentum, nesterov=False):
@@ -31,4 +35,42 @@ def momentum_update(param, accum, grad, lr, momentum, nesterov=False):
             or not (param.size == accum.size == grad.size):
         return reference_momentum_update(param, accum, grad, lr, momentum, nesterov)
     native(param, accum, grad, float(lr), float(momentum), bool(nesterov))
+    return param
+
+
+def update_moments(m, v, g, beta1, beta2, scratch):
+    """m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2, in place, in numpy (scratch: a temporary like g)."""
+    np.square(g, out=scratch, dtype=scratch.dtype)
+    scratch *= 1.0 - beta2
+    v *= beta2
+    v += scratch
+    np.multiply(g, 1.0 - beta1, out=scratch)
+    m *= beta1
+    m += scratch
+
+
+def adam_step(param, m, v_for_denom, g, lr_t, eps, beta1, use_nesterov, scratch):
+    """param -= lr_t * numerator / (sqrt(v) + eps), numerator m (Nesterov: b1 m + (1 - b1) g), in numpy."""
+    np.sqrt(v_for_denom, out=scratch)
+    scratch += eps
+    if use_nesterov:
+        np.divide(beta1 * m + (1.0 - beta1) * g, scratch, out=scratch)
+    else:
+        np.divide(m, scratch, out=scratch)
+    scratch *= lr_t
+    param -= scratch
+
+
+def adam_update(param, m, v, grad, lr_t, beta1, beta2, eps, nesterov=False, scratch=None):
+    """The Adam update of the module docstring; `scratch` (an array like param) serves the numpy path.
+    Returns param."""
+    native = _native("adam_update", param, m, v, grad)
+    if native is None or param.dtype not in (np.float32, np.float64) or \
+            not (param.dtype == m.dtype == v.dtype == grad.dtype) or not (param.size == m.size == v.size == grad.size):
+        scratch = np.empty_like(param) if scratch is None else scratch
+        update_moments(m, v, grad, beta1, beta2, scratch)
+        adam_step(param, m, v, grad, lr_t, eps, beta1, nesterov, scratch)
+        return param
+    native(param, m, v, grad, float(lr_t), float(beta1), float(beta2), 1.0 - beta1, 1.0 - beta2, float(eps),
+           bool(nesterov))
     return param

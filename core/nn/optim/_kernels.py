@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from ...kernels.optim import momentum_update
+from ...kernels.optim import adam_step, adam_update, momentum_update, update_moments
 from ...ops.primitive import defop
 
 
@@ -138,29 +138,6 @@ def apply_sgd(param, accum, grad, lr, step, enabled=None, momentum=0.0, dampenin
     return param
 
 
-def _update_moments(m, v, g, beta1, beta2, scratch):
-    """m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2, in place (scratch: a temporary like g)."""
-    np.square(g, out=scratch, dtype=scratch.dtype)
-    scratch *= 1.0 - beta2
-    v *= beta2
-    v += scratch
-    np.multiply(g, 1.0 - beta1, out=scratch)
-    m *= beta1
-    m += scratch
-
-
-def _adam_step(param, m, v_for_denom, g, lr_t, eps, beta1, use_nesterov, scratch):
-    """param -= lr_t * numerator / (sqrt(v) + eps), numerator m (Nesterov: b1 m + (1 - b1) g)."""
-    np.sqrt(v_for_denom, out=scratch)
-    scratch += eps
-    if use_nesterov:
-        np.divide(beta1 * m + (1.0 - beta1) * g, scratch, out=scratch)
-    else:
-        np.divide(m, scratch, out=scratch)
-    scratch *= lr_t
-    param -= scratch
-
-
 def _bias_corrected_lr(lr, step, beta1, beta2):
     """MindSpore's Adam step size: lr * sqrt(1 - b2^t) / (1 - b1^t)."""
     t = float(step)
@@ -175,9 +152,8 @@ def apply_adam(param, m, v, grad, lr, step, enabled=None, beta1=0.9, beta2=0.999
     if _skipped(enabled):
         return param
     g = _effective_grad(grad, param, weight_decay, grad_scale)
-    scratch = _scratch(param)
-    _update_moments(m, v, g, beta1, beta2, scratch)
-    _adam_step(param, m, v, g, _bias_corrected_lr(lr, step, beta1, beta2), eps, beta1, use_nesterov, scratch)
+    adam_update(param, m, v, g, _bias_corrected_lr(lr, step, beta1, beta2), beta1, beta2, eps, use_nesterov,
+                _scratch(param))  # one pass (numpy's twelve in C)
     return param
 
 
@@ -190,9 +166,9 @@ def apply_adam_amsgrad(param, m, v, vhat, grad, lr, step, enabled=None, beta1=0.
         return param
     g = _effective_grad(grad, param, weight_decay, grad_scale)
     scratch = _scratch(param)
-    _update_moments(m, v, g, beta1, beta2, scratch)
+    update_moments(m, v, g, beta1, beta2, scratch)
     np.maximum(vhat, v, out=vhat)
-    _adam_step(param, m, vhat, g, _bias_corrected_lr(lr, step, beta1, beta2), eps, beta1, False, scratch)
+    adam_step(param, m, vhat, g, _bias_corrected_lr(lr, step, beta1, beta2), eps, beta1, False, scratch)
     return param
 
 
@@ -212,7 +188,7 @@ def apply_adam_weight_decay(param, m, v, grad, lr, step, enabled=None, beta1=0.9
     if weight_decay:
         param *= 1.0 - lr * weight_decay
     scratch = _scratch(param)
-    _update_moments(m, v, g, beta1, beta2, scratch)
+    update_moments(m, v, g, beta1, beta2, scratch)
     step_size, denom_scale = lr, 1.0
     if bias_correction:
         t = float(step)
@@ -253,9 +229,9 @@ def apply_lazy_adam(param, m, v, grad, lr, step, enabled=None, beta1=0.9, beta2=
     g = _effective_grad(g2[rows], p_rows, weight_decay, grad_scale, out=np.empty_like(p_rows))
     m_rows, v_rows = m2[rows], v2[rows]
     scratch = np.empty_like(p_rows)
-    _update_moments(m_rows, v_rows, g, beta1, beta2, scratch)
+    update_moments(m_rows, v_rows, g, beta1, beta2, scratch)
     lr_t = _bias_corrected_lr(lr, step, beta1, beta2)
-    _adam_step(p_rows, m_rows, v_rows, g, lr_t, eps, beta1, use_nesterov, scratch)
+    adam_step(p_rows, m_rows, v_rows, g, lr_t, eps, beta1, use_nesterov, scratch)
     m2[rows], v2[rows], p2[rows] = m_rows, v_rows, p_rows
     return param
 

@@ -1,9 +1,9 @@
-"""mstrain.kernels.optim: the one-pass momentum update gives its numpy reference's bits."""
+"""mstrain.kernels.optim: the one-pass momentum and Adam updates give their numpy references' bits."""
 import numpy as np
 import pytest
 
 from mstrain import kernels
-from mstrain.kernels.optim import momentum_update, reference_momentum_update
+from mstrain.kernels.optim import adam_step, adam_update, momentum_update, reference_momentum_update, update_moments
 
 needs_kernel = pytest.mark.skipif(not kernels.available("momentum_update"), reason="optim kernel not built")
 
@@ -60,3 +60,42 @@ def test_momentum_update_names_its_bad_inputs():
         native(param, np.zeros(4, np.float32), np.zeros(3, np.float32), 0.1, 0.9, False)
     with pytest.raises(TypeError, match="accum has dtype float64"):
         native(param, np.zeros(4, np.float64), np.zeros(4, np.float32), 0.1, 0.9, False)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("shape", [(128, 784), (7,), (3, 5, 11)])
+def test_adam_update_is_the_numpy_reference_bit_for_bit(dtype, nesterov, shape):
+    rng = np.random.default_rng(sum(shape) + 1)
+    param, m, grad = _arrays(rng, shape, dtype)
+    v = np.abs(m) * 0.01
+    want_param, want_m, want_v = param.copy(), m.copy(), v.copy()
+    for step in range(1, 4):  # the state carries over; a tiny eps and a large one
+        lr_t, beta1, beta2, eps = 0.001 * step, 0.9, 0.999, (1e-8, 1e-3, 1e-8)[step - 1]
+        scratch = np.empty_like(want_param)
+        update_moments(want_m, want_v, grad, beta1, beta2, scratch)
+        adam_step(want_param, want_m, want_v, grad, lr_t, eps, beta1, nesterov, scratch)
+        assert adam_update(param, m, v, grad, lr_t, beta1, beta2, eps, nesterov) is param
+        for got, want in ((m, want_m), (v, want_v), (param, want_param)):
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@needs_kernel
+def test_adam_update_falls_back_and_names_its_bad_inputs(monkeypatch):
+    from mstrain.kernels.optim import _native
+    rng = np.random.default_rng(2)
+    param, m, grad = _arrays(rng, (20, 9), np.float32)
+    v = np.abs(m)
+    monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "1")
+    p, mm, vv = param.copy(), m.copy(), v.copy()
+    adam_update(p, mm, vv, grad, 0.01, 0.9, 0.99, 1e-8)
+    monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "0")
+    adam_update(param, m, v, grad, 0.01, 0.9, 0.99, 1e-8)
+    np.testing.assert_array_equal(param, p)
+    np.testing.assert_array_equal(v, vv)
+    native = _native("adam_update")
+    with pytest.raises(ValueError, match="differ in size"):
+        native(param, m, v, grad[:3], 0.01, 0.9, 0.99, 0.1, 0.01, 1e-8, False)
+    with pytest.raises(TypeError, match="v has dtype float64"):
+        native(param, m, v.astype(np.float64), grad, 0.01, 0.9, 0.99, 0.1, 0.01, 1e-8, False)
