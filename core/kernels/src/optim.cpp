@@ -39,29 +39,43 @@ void momentum_kernel(T* param, T* accum, const T* g, int64_t n, T lr, T momentum
     }
 }
 
-// Adam as numpy runs it (mstrain.nn.optim._kernels.apply_adam): v = v b2 + (g g)(1 - b2); m = m b1 +
-// g (1 - b1); param -= (m / (sqrt(v) + eps)) lr_t, Nesterov's numerator (m b1 + g (1 - b1)) with the
-// new m. Each product and sum rounded to T in that order; the scalars arrive as numpy rounds them.
+// Adam as numpy runs it (mstrain.kernels.optim's references): v = v b2 + (g g)(1 - b2); m = m b1 + g (1 - b1);
+// param -= (m / (sqrt(v) + eps)) lr_t, Nesterov's numerator (m b1 + g (1 - b1)) with the new m. With
+// `decayed` param is first multiplied by `decay` (decoupled weight decay: AdamWeightDecay, AdamW), with
+// `scaled` sqrt(v) by `denom_scale` (AdamW's bias correction). Each product and sum rounded to T in that
+// order; the scalars arrive as numpy rounds them.
+struct AdamScalars {
+    double lr_t, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, decay, denom_scale;
+    bool nesterov, decayed, scaled;
+};
+
 template <typename T>
 MS_AVX2_CLONES
-void adam_kernel(T* param, T* m, T* v, const T* g, int64_t n, T lr_t, T b1, T b2, T one_minus_b1,
-                 T one_minus_b2, T eps, bool nesterov) {
+void adam_kernel(T* param, T* m, T* v, const T* g, int64_t n, const AdamScalars& s) {
+    const T lr_t = T(s.lr_t), b1 = T(s.beta1), b2 = T(s.beta2), one_minus_b1 = T(s.one_minus_beta1),
+            one_minus_b2 = T(s.one_minus_beta2), eps = T(s.eps), decay = T(s.decay), denom_scale = T(s.denom_scale);
+    const bool nesterov = s.nesterov, decayed = s.decayed, scaled = s.scaled;
     for (int64_t i = 0; i < n; ++i) {
+        const T p = decayed ? param[i] * decay : param[i];
         const T grad = g[i];
         const T vi = v[i] * b2 + (grad * grad) * one_minus_b2;
         const T mi = m[i] * b1 + grad * one_minus_b1;
         v[i] = vi;
         m[i] = mi;
         const T numerator = nesterov ? b1 * mi + one_minus_b1 * grad : mi;
-        param[i] = param[i] - (numerator / (std::sqrt(vi) + eps)) * lr_t;
+        const T root = scaled ? std::sqrt(vi) * denom_scale : std::sqrt(vi);
+        param[i] = p - (numerator / (root + eps)) * lr_t;
     }
 }
 
 void adam_update(py::array param, py::array m, py::array v, py::array grad, double lr_t, double beta1,
-                 double beta2, double one_minus_beta1, double one_minus_beta2, double eps, bool nesterov) {
+                 double beta2, double one_minus_beta1, double one_minus_beta2, double eps, bool nesterov,
+                 double decay, bool decayed, double denom_scale, bool scaled) {
     if (m.size() != param.size() || v.size() != param.size() || grad.size() != param.size()) {
         throw std::invalid_argument("adam_update: param, m, v and grad differ in size");
     }
+    const AdamScalars scalars{lr_t, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, decay, denom_scale,
+                              nesterov, decayed, scaled};
     with_float(param, [&](auto t) {
         using T = decltype(t);
         require_dtype<T>(m, "m");
@@ -77,8 +91,7 @@ void adam_update(py::array param, py::array m, py::array v, py::array grad, doub
         const T* g = static_cast<const T*>(grad.data());
         const int64_t n = param.size();
         py::gil_scoped_release release;
-        adam_kernel<T>(p, mm, vv, g, n, T(lr_t), T(beta1), T(beta2), T(one_minus_beta1), T(one_minus_beta2), T(eps),
-                       nesterov);
+        adam_kernel<T>(p, mm, vv, g, n, scalars);
     });
 }
 
@@ -110,6 +123,7 @@ PYBIND11_MODULE(_optim, m) {
           py::arg("lr"), py::arg("momentum"), py::arg("nesterov"));
     m.def("adam_update", &mstrain::adam_update, py::arg("param"), py::arg("m"), py::arg("v"), py::arg("grad"),
           py::arg("lr_t"), py::arg("beta1"), py::arg("beta2"), py::arg("one_minus_beta1"), py::arg("one_minus_beta2"),
-          py::arg("eps"), py::arg("nesterov"));
+          py::arg("eps"), py::arg("nesterov"), py::arg("decay"), py::arg("decayed"), py::arg("denom_scale"),
+          py::arg("scaled"));
     m.attr("KERNELS") = py::make_tuple("momentum_update", "adam_update");
 }

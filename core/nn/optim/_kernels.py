@@ -185,22 +185,13 @@ def apply_adam_weight_decay(param, m, v, grad, lr, step, enabled=None, beta1=0.9
         return param
     g = _effective_grad(grad, param, 0.0, grad_scale)
     lr = float(lr)
-    if weight_decay:
-        param *= 1.0 - lr * weight_decay
-    scratch = _scratch(param)
-    update_moments(m, v, g, beta1, beta2, scratch)
     step_size, denom_scale = lr, 1.0
     if bias_correction:
         t = float(step)
         step_size = lr / (1.0 - beta1 ** t)
         denom_scale = 1.0 / math.sqrt(1.0 - beta2 ** t)
-    np.sqrt(v, out=scratch)
-    if denom_scale != 1.0:
-        scratch *= denom_scale
-    scratch += eps
-    np.divide(m, scratch, out=scratch)
-    scratch *= step_size
-    param -= scratch
+    adam_update(param, m, v, g, step_size, beta1, beta2, eps, False, _scratch(param),
+                decay=1.0 - lr * weight_decay if weight_decay else None, denom_scale=denom_scale)
     return param
 
 

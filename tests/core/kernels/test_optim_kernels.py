@@ -82,6 +82,27 @@ def test_adam_update_is_the_numpy_reference_bit_for_bit(dtype, nesterov, shape):
 
 
 @needs_kernel
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("decay, denom_scale", [(0.99, 1.0), (None, 1.7), (0.995, 1.3)])
+def test_adam_with_decoupled_decay_and_scaled_root_is_the_numpy_reference_bit_for_bit(dtype, decay, denom_scale):
+    """AdamWeightDecay (param first multiplied by 1 - lr wd) and AdamW's bias correction (sqrt(v)
+    scaled) in the one pass, against numpy's sequence of the two."""
+    rng = np.random.default_rng(5)
+    param, m, grad = _arrays(rng, (64, 33), dtype)
+    v = np.abs(m) * 0.01
+    want_param, want_m, want_v = param.copy(), m.copy(), v.copy()
+    for _ in range(3):
+        if decay is not None:
+            want_param *= decay
+        scratch = np.empty_like(want_param)
+        update_moments(want_m, want_v, grad, 0.9, 0.999, scratch)
+        adam_step(want_param, want_m, want_v, grad, 0.002, 1e-6, 0.9, False, scratch, denom_scale)
+        adam_update(param, m, v, grad, 0.002, 0.9, 0.999, 1e-6, decay=decay, denom_scale=denom_scale)
+        for got, want in ((m, want_m), (v, want_v), (param, want_param)):
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@needs_kernel
 def test_adam_update_falls_back_and_names_its_bad_inputs(monkeypatch):
     from mstrain.kernels.optim import _native
     rng = np.random.default_rng(2)
@@ -96,6 +117,6 @@ def test_adam_update_falls_back_and_names_its_bad_inputs(monkeypatch):
     np.testing.assert_array_equal(v, vv)
     native = _native("adam_update")
     with pytest.raises(ValueError, match="differ in size"):
-        native(param, m, v, grad[:3], 0.01, 0.9, 0.99, 0.1, 0.01, 1e-8, False)
+        native(param, m, v, grad[:3], 0.01, 0.9, 0.99, 0.1, 0.01, 1e-8, False, 1.0, False, 1.0, False)
     with pytest.raises(TypeError, match="v has dtype float64"):
-        native(param, m, v.astype(np.float64), grad, 0.01, 0.9, 0.99, 0.1, 0.01, 1e-8, False)
+        native(param, m, v.astype(np.float64), grad, 0.01, 0.9, 0.99, 0.1, 0.01, 1e-8, False, 1.0, False, 1.0, False)
