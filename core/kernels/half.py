@@ -30,6 +30,9 @@ _extension = []  # the thin_gemm extension's half_convert, or None, once
 
 
 def _half_convert():
+    """The extension's half_convert, or None (not built, no F16C, or MSTRAIN_DISABLE_KERNELS set)."""
+    if kernels_disabled():
+        return None  # asked again once the switch is off: not cached
     if not _extension:
         from .thin_gemm import _native_half
         module = _native_half()
@@ -46,7 +49,7 @@ def _converters():
 
 
 def _convert(x, dtype, out):
-    convert = None if kernels_disabled() or x.size == 0 else _half_convert()
+    convert = None if x.size == 0 else _half_convert()
     if out is None:
         out = np.empty(x.shape, dtype)
     if convert is None:
@@ -99,7 +102,7 @@ def astype(x, dtype):
         widen = x.dtype == _HALF and dtype == _FLOAT
         if widen or (x.dtype == _FLOAT and dtype == _HALF):
             convert = _half_convert()
-            if x.flags.c_contiguous and convert is not None and not kernels_disabled():
+            if x.flags.c_contiguous and convert is not None:
                 out = np.empty(x.shape, dtype)
                 convert(x, out)
                 return out

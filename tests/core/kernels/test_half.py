@@ -110,3 +110,18 @@ def test_the_extensions_conversion_is_numpys_on_both_instruction_sets(bits):
         module.half_convert(floats, np.zeros(floats.size, np.float64), bits)
     with pytest.raises(ValueError, match="differ in size"):
         module.half_convert(floats, np.zeros(3, np.float16), bits)
+
+
+def test_the_c_conversion_comes_back_after_the_kernels_were_disabled_first(monkeypatch):
+    """A first conversion with MSTRAIN_DISABLE_KERNELS set takes numpy's path without settling it:
+    once the switch is off, the extension converts again."""
+    from mstrain.kernels import half
+    if half._half_convert() is None:
+        pytest.skip("thin_gemm extension not built or no F16C")
+    monkeypatch.setattr(half, "_extension", [])
+    monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "1")
+    x = np.arange(2048, dtype=np.float32)
+    np.testing.assert_array_equal(half.astype(x, np.float16), x.astype(np.float16))
+    assert half._half_convert() is None
+    monkeypatch.setenv("MSTRAIN_DISABLE_KERNELS", "0")
+    assert half._half_convert() is not None
