@@ -7,10 +7,11 @@
 Momentum: accum = accum * momentum + grad; param -= lr * accum (Nesterov: lr * (accum * momentum +
 grad), with the new accum). Adam: v = b2 v + (1 - b2) g^2; m = b1 m + (1 - b1) g; param -= lr_t * m /
 (sqrt(v) + eps) (Nesterov's numerator b1 m + (1 - b1) g, with the new m; lr_t is the bias-corrected
-step size); with decoupled weight decay (AdamWeightDecay, AdamW) param is first multiplied by `decay`,
-and AdamW's bias correction scales sqrt(v) by `denom_scale`. Each operation is rounded to the arrays' dtype in numpy's order, so the results are the
-numpy references' bits (`reference_momentum_update`, `update_moments` + `adam_step`, which the other
-Adam variants use as they are). Runs the C++ kernels of `core/kernels/src/optim.cpp` when built (and
+step size); with decoupled weight decay (AdamWeightDecay, AdamW) param is first multiplied by
+`decay`, and AdamW's bias correction scales sqrt(v) by `denom_scale`. Each operation is rounded to
+the arrays' dtype in numpy's order, so the results are the numpy references' bits
+(`reference_momentum_update`, `update_moments` + `adam_step`, which AMSGrad and LazyAdam's gathered
+rows use as they are). Runs the C++ kernels of `core/kernels/src/optim.cpp` when built (and
 not disabled by MSTRAIN_DISABLE_KERNELS) and the arrays are contiguous and of one float dtype, else
 the references; the tests compare them.
 """
@@ -25,7 +26,10 @@ def reference_momentum_update(param, accum, grad, lr, momentum, nesterov=False):
     """numpy version of `momentum_update` (four passes, a temporary the size of param)."""
     accum *= momentum
     accum += grad
-    update = accum * momentum + grad if nesterov else accum
+    update = accum
+    if nesterov:
+        update = accum * momentum
+        update += grad  # in place: in param's dtype whatever grad's is, as the step always computed it
     param -= update * param.dtype.type(lr)
     return param
 

@@ -11,11 +11,11 @@ from functools import partial
 
 import numpy as np
 
+from ..kernels.half import astype
 from ..ops import functional as F
 from ..ops.batching import logical_rule
 from ..ops.math import numpy_matmul
 from ..ops.primitive import defop
-from ..kernels.half import astype
 
 
 @defop("dense")
