@@ -132,12 +132,12 @@ def fail(message):
     sys.exit(2)
 
 
-if "--peer" in sys.argv[1:]:
-    check_peer_setup()
-
-
 def blas_threads():
     """The threads numpy's OpenBLAS runs a product on in this process (1 when numpy's BLAS is another
     library): what our side of a benchmark ran with, printed beside its figures."""
     from mstrain.graph.native_blas import numpy_blas_threads
     return numpy_blas_threads()[1]()
+
+
+if "--peer" in sys.argv[1:]:
+    check_peer_setup()

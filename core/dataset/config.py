@@ -5,13 +5,12 @@ The seed every shuffle and random transform derives from is, in order of precede
 then a fixed default (so a run is repeatable and every rank draws the same global order, which
 data-parallel sharding needs). Iterators capture the seed when they are created.
 """
+from ..log import world_rank, world_size
 
 __all__ = [
     "set_seed", "get_seed", "set_num_parallel_workers", "get_num_parallel_workers", "set_prefetch_size",
     "get_prefetch_size", "set_auto_shard", "get_auto_shard", "mpi_rank_and_size",
 ]
-
-from ..log import world_rank, world_size
 
 
 _DEFAULT_SEED = 5489  # fixed so that unseeded ranks still agree on the shuffled order

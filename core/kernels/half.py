@@ -25,7 +25,7 @@ NATIVE_MIN_SIZE = 1024
 # the float16 sums call C through ctypes (about 5 us): numpy's loop is as fast up to this size
 SUM_MIN_SIZE = 4096
 _HALF, _FLOAT = np.dtype(np.float16), np.dtype(np.float32)
-_compiled = []  # (the compiled converters of mstrain.graph.half or None, mstrain.graph.native.call_c), once
+_sum_rows = []  # (half_sum_rows of mstrain.graph.half's compiled converters, native.call_c) or None, once
 _extension = []  # the thin_gemm extension's half_convert, or None, once
 
 
@@ -40,12 +40,14 @@ def _half_convert():
     return _extension[0]
 
 
-def _converters():
-    if not _compiled:
+def _sum_rows_entry():
+    """(the compiled float16 row sum, the C caller) or None without a compiler."""
+    if not _sum_rows:
         from ..graph.half import converters
         from ..graph.native import call_c
-        _compiled.append((converters(), call_c))
-    return _compiled[0][0]
+        functions = converters()
+        _sum_rows.append(None if functions is None else (functions.half_sum_rows, call_c))
+    return _sum_rows[0]
 
 
 def _convert(x, dtype, out):
@@ -87,10 +89,11 @@ def sum_float16(x, axes):
     leading = (axes,) if isinstance(axes, (int, np.integer)) else axes
     lead = len(leading) if leading is not None and tuple(leading) == tuple(range(len(leading))) else 0
     if not 0 < lead < x.ndim or x.size < SUM_MIN_SIZE or not x.flags.c_contiguous or kernels_disabled() or \
-            _converters() is None:
+            _sum_rows_entry() is None:
         return np.sum(x, axis=axes)
     out = np.empty(x.shape[lead:], _HALF)
-    _compiled[0][1](_converters().half_sum_rows, [x.ctypes.data, out.ctypes.data], [x.size // out.size, out.size])
+    sum_rows, call_c = _sum_rows_entry()
+    call_c(sum_rows, [x.ctypes.data, out.ctypes.data], [x.size // out.size, out.size])
     return out
 
 

@@ -1,6 +1,6 @@
 """Dense optimizer updates in one pass over the arrays, in place.
 
-    momentum_update(param, accum, grad, lr, momentum, nesterov=False)
+    momentum_update(param, accum, grad, lr, momentum, nesterov=False, scratch=None)
     adam_update(param, m, v, grad, lr_t, beta1, beta2, eps, nesterov=False, scratch=None, decay=None,
                 denom_scale=1.0)
 
@@ -10,8 +10,8 @@ grad), with the new accum). Adam: v = b2 v + (1 - b2) g^2; m = b1 m + (1 - b1) g
 step size); with decoupled weight decay (AdamWeightDecay, AdamW) param is first multiplied by
 `decay`, and AdamW's bias correction scales sqrt(v) by `denom_scale`. Each operation is rounded to
 the arrays' dtype in numpy's order, so the results are the numpy references' bits
-(`reference_momentum_update`, `update_moments` + `adam_step`, which AMSGrad and LazyAdam's gathered
-rows use as they are). Runs the C++ kernels of `core/kernels/src/optim.cpp` when built (and
+(`reference_momentum_update`, `update_moments` + `adam_step`; SGD with dampening, AMSGrad and
+LazyAdam's gathered rows use their pieces as they are). Runs the C++ kernels of `core/kernels/src/optim.cpp` when built (and
 not disabled by MSTRAIN_DISABLE_KERNELS) and the arrays are contiguous and of one float dtype, else
 the references; the tests compare them.
 """
@@ -19,27 +19,37 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["momentum_update", "reference_momentum_update", "adam_update", "update_moments", "adam_step"]
+__all__ = ["momentum_update", "momentum_step", "reference_momentum_update", "adam_update", "update_moments",
+           "adam_step"]
 
 
-def reference_momentum_update(param, accum, grad, lr, momentum, nesterov=False):
-    """numpy version of `momentum_update` (four passes, a temporary the size of param)."""
+def momentum_step(param, accum, grad, lr, momentum, nesterov, scratch):
+    """param -= lr * accum (Nesterov: lr * (accum * momentum + grad)), in numpy, through `scratch` (an
+    array like param): the update's part after the accumulator (SGD with dampening uses it alone)."""
+    if nesterov:
+        np.multiply(accum, momentum, out=scratch)
+        scratch += grad  # in place: in param's dtype whatever grad's is
+        scratch *= lr
+    else:
+        np.multiply(accum, lr, out=scratch)
+    param -= scratch
+
+
+def reference_momentum_update(param, accum, grad, lr, momentum, nesterov=False, scratch=None):
+    """numpy version of `momentum_update` (four passes; `scratch`, an array like param, or a new one)."""
     accum *= momentum
     accum += grad
-    update = accum
-    if nesterov:
-        update = accum * momentum
-        update += grad  # in place: in param's dtype whatever grad's is, as the step always computed it
-    param -= update * param.dtype.type(lr)
+    momentum_step(param, accum, grad, lr, momentum, nesterov, np.empty_like(param) if scratch is None else scratch)
     return param
 
 
-def momentum_update(param, accum, grad, lr, momentum, nesterov=False):
-    """The momentum update of the module docstring; returns param."""
+def momentum_update(param, accum, grad, lr, momentum, nesterov=False, scratch=None):
+    """The momentum update of the module docstring; `scratch` (an array like param) serves the numpy
+    path. Returns param."""
     native = _native("momentum_update", param, accum, grad)
     if native is None or param.dtype not in (np.float32, np.float64) or not (param.dtype == accum.dtype == grad.dtype) \
             or not (param.size == accum.size == grad.size):
-        return reference_momentum_update(param, accum, grad, lr, momentum, nesterov)
+        return reference_momentum_update(param, accum, grad, lr, momentum, nesterov, scratch)
     native(param, accum, grad, float(lr), float(momentum), bool(nesterov))
     return param
 

@@ -4,6 +4,7 @@ import numpy as np
 from ._axes import normalize_axes, normalize_axis
 from .primitive import defop
 from .math import broadcast_to, mul, div, equal, where, exp, sub, log
+from ..kernels.half import sum_float16
 from ..tensor import Tensor
 
 __all__ = ["reshape_to", "sum", "mean", "max", "min", "argmax", "argmin", "logsumexp", "prod", "reduce_all",
@@ -40,8 +41,7 @@ def sum(x, axis=None, keepdims=False):  # noqa: A001
 def _sum(x, axis=None, keepdims=False):
     axes = _numpy_axes(axis, np.ndim(x))
     if type(x) is np.ndarray and x.dtype == np.float16 and not keepdims:
-        from ..kernels.half import sum_float16  # numpy's float16 loop over leading axes (a bias gradient) in C
-        return sum_float16(x, axes)
+        return sum_float16(x, axes)  # numpy's float16 loop over leading axes (a bias gradient) in C
     return np.sum(x, axis=axes, keepdims=keepdims)
 
 

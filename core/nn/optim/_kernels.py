@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from ...kernels.optim import adam_step, adam_update, momentum_update, update_moments
+from ...kernels.optim import adam_step, adam_update, momentum_step, momentum_update, update_moments
 from ...ops.primitive import defop
 
 
@@ -94,16 +94,6 @@ def apply_gradient_descent(param, grad, lr, enabled=None, weight_decay=0.0, grad
     return param
 
 
-def _momentum_step(param, accum, g, lr, momentum, nesterov):
-    if nesterov:  # param -= lr * (g + momentum * accum)
-        update = _scratch(param, 3)
-        np.multiply(accum, momentum, out=update)
-        update += g
-        _subtract_scaled(param, lr, update)
-    else:
-        _subtract_scaled(param, lr, accum)
-
-
 @defop("apply_momentum", differentiable=False, mutates=(0, 1),
        attrs=("momentum", "use_nesterov", "weight_decay", "grad_scale"))
 def apply_momentum(param, accum, grad, lr, enabled=None, momentum=0.9, use_nesterov=False, weight_decay=0.0,
@@ -112,7 +102,7 @@ def apply_momentum(param, accum, grad, lr, enabled=None, momentum=0.9, use_neste
     if _skipped(enabled):
         return param
     g = _effective_grad(grad, param, weight_decay, grad_scale)
-    momentum_update(param, accum, g, float(lr), momentum, use_nesterov)  # one pass (numpy's four in C)
+    momentum_update(param, accum, g, float(lr), momentum, use_nesterov, _scratch(param))  # one pass in C
     return param
 
 
@@ -127,14 +117,14 @@ def apply_sgd(param, accum, grad, lr, step, enabled=None, momentum=0.0, dampenin
     if int(step) <= 1:
         np.copyto(accum, g)
     elif not dampening:
-        momentum_update(param, accum, g, float(lr), momentum, nesterov)
+        momentum_update(param, accum, g, float(lr), momentum, nesterov, _scratch(param))
         return param
     else:
         accum *= momentum
         damped = _scratch(param, 3)
         np.multiply(g, 1.0 - dampening, out=damped)
         accum += damped
-    _momentum_step(param, accum, g, float(lr), momentum, nesterov)
+    momentum_step(param, accum, g, float(lr), momentum, nesterov, _scratch(param))
     return param
 
 
